@@ -1,0 +1,26 @@
+# Every target bootstraps .venv from pyproject.toml when it is missing.
+PY := .venv/bin/python
+TORCH_VERSION ?= 2.13.0
+SHARED ?= ../shared
+
+.PHONY: test demo bench clean-venv
+
+.venv/.ready: pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	# torch first, pinned: the CPU build on local disk here, so no CUDA build is pulled.
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+test: .venv/.ready
+	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q
+
+demo: .venv/.ready
+	$(PY) -m ripple.cli demo
+
+bench: .venv/.ready
+	$(PY) -m ripple.platform.bench
+
+clean-venv:
+	rm -rf .venv

@@ -1,0 +1,1 @@
+"""Ripple: parallel decoders for diffusion language models."""

@@ -1,0 +1,126 @@
+"""The Scheduler protocol: a decoder decides where and what to commit; the engine owns
+the model, canvas, cache, block loop, NFE counting and timing (DESIGN.md section 4).
+
+Per step the engine hands a decoder one sample's `BlockState` and receives a `Plan`:
+tokens to commit (and, for remasking decoders, positions to remask) and optionally
+block variants to evaluate in one packed lookahead forward. After a lookahead the
+decoder's `resolve` picks what to commit and which distributions to carry into the next
+step, so no extra forward is run.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from .params import HyperParams
+
+CACHE_POLICIES = ("none", "prefix", "dual")
+_EMPTY = torch.zeros(0, dtype=torch.long)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Block-relative positions [k] and the tokens [k] to write there."""
+
+    positions: torch.Tensor = _EMPTY
+    tokens: torch.Tensor = _EMPTY
+
+    def __len__(self) -> int:
+        return int(self.positions.numel())
+
+
+@dataclass(frozen=True)
+class Plan:
+    commit: Commit = field(default_factory=Commit)
+    remask: torch.Tensor = _EMPTY  # block-relative positions to set back to the mask id
+    variants: torch.Tensor | None = None  # [m, L] block contents to evaluate by packed lookahead
+    info: dict[str, Any] = field(default_factory=dict)  # for the decode trace
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    anchor: torch.Tensor  # [L, V] logits of the current block state
+    variants: torch.Tensor  # [m, L, V] logits of each variant's block
+
+
+@dataclass(frozen=True)
+class Resolution:
+    commit: Commit
+    logits: torch.Tensor  # [L, V] distributions carried into the next step (no forward)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class BlockState:
+    """One sample's current block as a decoder sees it. The engine updates tokens/logits."""
+
+    def __init__(self, tokens: torch.Tensor, logits: torch.Tensor, mask_id: int, block_index: int):
+        self.tokens = tokens  # [L] view into the canvas
+        self.mask_id = mask_id
+        self.block_index = block_index
+        self.step = 0
+        self.memory: dict[str, Any] = {}  # decoder scratch, lives for this sample's block
+        self._logits = logits
+        self._probs: torch.Tensor | None = None
+
+    @property
+    def logits(self) -> torch.Tensor:  # [L, V]
+        return self._logits
+
+    @logits.setter
+    def logits(self, value: torch.Tensor) -> None:
+        self._logits = value
+        self._probs = None
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """float64 softmax over the full vocabulary, as the reference code computes it: [L, V]."""
+        if self._probs is None:
+            self._probs = torch.softmax(self._logits.to(torch.float64), dim=-1)
+        return self._probs
+
+    @property
+    def masked(self) -> torch.Tensor:  # [L] bool
+        return self.tokens == self.mask_id
+
+
+class Scheduler(ABC):
+    """A parallel decoding rule. Subclasses set `name`, `Params` and their properties."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[HyperParams]]
+    uses_lookahead: ClassVar[bool] = False
+    supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
+
+    def __init__(self, params: HyperParams | None = None):
+        self.params = params if params is not None else self.Params()
+
+    @abstractmethod
+    def step(self, state: BlockState) -> Plan:
+        """Decide this step's commits from `state.logits` (at least one while masks remain)."""
+
+    def resolve(self, state: BlockState, plan: Plan, look: Lookahead) -> Resolution:
+        raise NotImplementedError(f"{self.name} does not request lookahead forwards")
+
+    def describe(self) -> dict[str, Any]:
+        return {"decoder": self.name, **self.params.to_dict()}
+
+
+def greedy(state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-1 token per block position (never the mask id) and its probability.
+
+    Returns tokens [L] and confidence [L] (float64, -inf where already decoded).
+    """
+    logits = state.logits.clone()
+    logits[:, state.mask_id] = float("-inf")
+    tokens = logits.argmax(dim=-1)  # [L]
+    conf = state.probs.gather(-1, tokens[:, None]).squeeze(-1)  # [L]
+    conf = torch.where(state.masked, conf, torch.full_like(conf, float("-inf")))
+    return tokens, conf
+
+
+def top1_index(conf: torch.Tensor) -> int:
+    """Most confident position; ties go to the lower index (argmax returns the first)."""
+    return int(torch.argmax(conf))

@@ -1,0 +1,89 @@
+"""Hyperparameter dataclasses: one frozen dataclass per decoder is the single source for
+CLI `--set` flags, Tune search spaces and MLflow params. Field metadata carries the range."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import RippleError
+
+
+def hp(default, lo=None, hi=None, *, lo_open=False, hi_open=False, name=None, doc="", search=None):
+    """A hyperparameter field with its accepted range [lo, hi] (open ends when *_open)."""
+    meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "name": name, "doc": doc, "search": search}
+    return field(default=default, metadata=meta)
+
+
+def _range_text(meta: dict, kind: type) -> str:
+    lo, hi = meta["lo"], meta["hi"]
+    left = "(" if meta["lo_open"] else "["
+    right = ")" if meta["hi_open"] else "]"
+    lo_s = "-inf" if lo is None else repr(lo)
+    hi_s = "inf" if hi is None else repr(hi)
+    return f"{kind.__name__} in {left}{lo_s}, {hi_s}{right}"
+
+
+@dataclass(frozen=True)
+class HyperParams:
+    """Base class. Subclasses declare fields with `hp(...)`; values are checked on creation."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind = _kind(f)
+            meta = f.metadata
+            pub = public_name(f)
+            ok = isinstance(value, kind) and not isinstance(value, bool)
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+                value, ok = float(value), True
+            if ok and kind is float and not math.isfinite(value):
+                ok = False
+            lo, hi = meta.get("lo"), meta.get("hi")
+            if ok and lo is not None:
+                ok = value > lo if meta.get("lo_open") else value >= lo
+            if ok and hi is not None:
+                ok = value < hi if meta.get("hi_open") else value <= hi
+            if not ok:
+                raise RippleError(
+                    f"{type(self).__name__.removesuffix('Params').lower() or 'decoder'} hyperparameter "
+                    f"{pub}={value!r} is invalid; accepted: {_range_text(meta, kind)}"
+                )
+
+    @classmethod
+    def fields_by_name(cls) -> dict[str, dataclasses.Field]:
+        return {public_name(f): f for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_strings(cls, decoder: str, pairs: dict[str, str]) -> "HyperParams":
+        """Parse `--set key=value` strings; unknown keys name the accepted ones."""
+        fields = cls.fields_by_name()
+        kwargs: dict[str, Any] = {}
+        for key, raw in pairs.items():
+            if key not in fields:
+                accepted = ", ".join(fields) or "(none)"
+                raise RippleError(f"decoder {decoder!r} has no hyperparameter {key!r}; accepted: {accepted}")
+            f = fields[key]
+            kind = _kind(f)
+            try:
+                value = kind(raw) if kind is not int else int(raw, 10)
+            except ValueError:
+                raise RippleError(
+                    f"{decoder} hyperparameter {key}={raw!r} is not a number; accepted: {_range_text(f.metadata, kind)}"
+                ) from None
+            kwargs[f.name] = value
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {public_name(f): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def public_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("name") or f.name
+
+
+def _kind(f: dataclasses.Field) -> type:
+    t = f.type if isinstance(f.type, type) else {"float": float, "int": int}.get(str(f.type), float)
+    return t

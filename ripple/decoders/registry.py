@@ -1,0 +1,34 @@
+"""Decoders by name, with a "did you mean" for unknown names."""
+from __future__ import annotations
+
+import difflib
+
+from ..errors import RippleError
+from .base import Scheduler
+
+_REGISTRY: dict[str, type[Scheduler]] = {}
+
+
+def register(cls: type[Scheduler]) -> type[Scheduler]:
+    if cls.name in _REGISTRY:
+        raise ValueError(f"decoder {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def get(name: str) -> type[Scheduler]:
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, _REGISTRY, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RippleError(f"unknown decoder {name!r}{hint}; registered: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def build(name: str, settings: dict[str, str] | None = None) -> Scheduler:
+    """A decoder from its name and `--set` strings."""
+    cls = get(name)
+    return cls(cls.Params.from_strings(name, settings or {}))

@@ -1,0 +1,1 @@
+"""Model families, weight loading, the denoising engine and its KV cache policies."""

@@ -1,0 +1,6 @@
+"""Model families by `config.json` `model_type`; each maps its checkpoint onto DiffusionTransformer."""
+from __future__ import annotations
+
+from .family import Family, get_family, registered_families  # noqa: F401
+from . import llada, dream  # noqa: F401  (register)
+from .transformer import DiffusionTransformer, ForwardOutput, KVCache, TransformerConfig  # noqa: F401

@@ -1,0 +1,50 @@
+"""Dream (Dream-v0-Instruct-7B): Qwen2 layout, bidirectional, logits shifted right by one."""
+from __future__ import annotations
+
+import re
+
+from .family import Family, register_family, require
+from .transformer import TransformerConfig
+
+_BLOCK = {
+    "self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",
+    "self_attn.o_proj": "attn.o", "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "mlp_norm",
+    "mlp.gate_proj": "gate", "mlp.up_proj": "up", "mlp.down_proj": "down",
+}
+_KEY = re.compile(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$")
+
+
+def _config(cfg: dict) -> TransformerConfig:
+    n_heads = require(cfg, "num_attention_heads")
+    return TransformerConfig(
+        vocab_size=require(cfg, "vocab_size"), d_model=require(cfg, "hidden_size"),
+        n_layers=require(cfg, "num_hidden_layers"), n_heads=n_heads,
+        n_kv_heads=cfg.get("num_key_value_heads") or n_heads,
+        mlp_hidden=require(cfg, "intermediate_size"), rope_theta=float(cfg.get("rope_theta", 10000.0)),
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), qkv_bias=True, rope_full_precision=False,
+    )
+
+
+def _rename(key: str) -> str | None:
+    m = _KEY.match(key)
+    if m:
+        layer, name, kind = m.groups()
+        ours = _BLOCK.get(name)
+        return f"layers.{layer}.{ours}.{kind}" if ours else None
+    return {
+        "model.embed_tokens.weight": "embed.weight",
+        "model.norm.weight": "norm.weight",
+        "lm_head.weight": "head.weight",
+    }.get(key)
+
+
+DREAM = register_family(Family(
+    name="dream",
+    model_types=("dream",),
+    shift=1,
+    to_config=_config,
+    rename=_rename,
+    tied_head=lambda cfg: bool(cfg.get("tie_word_embeddings", False)),
+    max_positions=lambda cfg: int(cfg.get("max_position_embeddings", 32768)),
+))

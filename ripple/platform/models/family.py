@@ -1,0 +1,48 @@
+"""The family registry: how one checkpoint format maps onto `DiffusionTransformer`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ...errors import RippleError
+from .transformer import TransformerConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]  # lower-cased `model_type` values that select this family
+    shift: int  # 1 when the prediction for position i is the logits at i-1
+    to_config: Callable[[dict[str, Any]], TransformerConfig]
+    # checkpoint key -> our parameter name (None: not a parameter we use)
+    rename: Callable[[str], str | None]
+    tied_head: Callable[[dict[str, Any]], bool]
+    max_positions: Callable[[dict[str, Any]], int]
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register_family(family: Family) -> Family:
+    for t in family.model_types:
+        _FAMILIES[t] = family
+    return family
+
+
+def registered_families() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def get_family(model_type: str) -> Family:
+    fam = _FAMILIES.get(str(model_type).lower())
+    if fam is None:
+        raise RippleError(
+            f"unsupported model_type {model_type!r} in config.json; supported: {', '.join(registered_families())}"
+        )
+    return fam
+
+
+def require(cfg: dict[str, Any], key: str) -> Any:
+    if key not in cfg:
+        raise RippleError(f"config.json lacks {key!r}, needed to build the {cfg.get('model_type')} model")
+    return cfg[key]

@@ -1,0 +1,61 @@
+"""LLaDA (LLaDA-8B-Instruct, LLaDA-1.5): OLMo-style "llama" blocks, bidirectional."""
+from __future__ import annotations
+
+import re
+
+from ...errors import RippleError
+from .family import Family, register_family, require
+from .transformer import TransformerConfig
+
+_BLOCK = {
+    "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v", "attn_out": "attn.o",
+    "attn_norm": "attn_norm", "ff_norm": "mlp_norm",
+    "ff_proj": "gate", "up_proj": "up", "ff_out": "down",
+}
+_KEY = re.compile(r"^(?:model\.)?transformer\.blocks\.(\d+)\.(\w+)\.(weight|bias)$")
+
+
+def _config(cfg: dict) -> TransformerConfig:
+    if cfg.get("block_type", "llama") != "llama":
+        raise RippleError(f"LLaDA block_type {cfg.get('block_type')!r} is not supported; supported: llama")
+    if cfg.get("layer_norm_type", "rms") != "rms":
+        raise RippleError(f"LLaDA layer_norm_type {cfg.get('layer_norm_type')!r} is not supported; supported: rms")
+    if cfg.get("alibi") or not cfg.get("rope", True):
+        raise RippleError("LLaDA checkpoints without RoPE (alibi) are not supported")
+    n_heads = require(cfg, "n_heads")
+    n_kv = 1 if cfg.get("multi_query_attention") else (cfg.get("n_kv_heads") or n_heads)
+    d = require(cfg, "d_model")
+    hidden = cfg.get("mlp_hidden_size") or cfg.get("mlp_ratio", 4) * d
+    return TransformerConfig(
+        vocab_size=cfg.get("embedding_size") or require(cfg, "vocab_size"),
+        d_model=d, n_layers=require(cfg, "n_layers"), n_heads=n_heads, n_kv_heads=n_kv,
+        mlp_hidden=hidden, rope_theta=float(cfg.get("rope_theta", 10000.0)),
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+        qkv_bias=bool(cfg.get("include_bias") or cfg.get("include_qkv_bias")),
+        rope_full_precision=bool(cfg.get("rope_full_precision", True)),
+    )
+
+
+def _rename(key: str) -> str | None:
+    m = _KEY.match(key)
+    if m:
+        layer, name, kind = m.groups()
+        ours = _BLOCK.get(name)
+        return f"layers.{layer}.{ours}.{kind}" if ours else None
+    base = key.removeprefix("model.")
+    return {
+        "transformer.wte.weight": "embed.weight",
+        "transformer.ln_f.weight": "norm.weight",
+        "transformer.ff_out.weight": "head.weight",
+    }.get(base)
+
+
+LLADA = register_family(Family(
+    name="llada",
+    model_types=("llada",),
+    shift=0,
+    to_config=_config,
+    rename=_rename,
+    tied_head=lambda cfg: bool(cfg.get("weight_tying", False)),
+    max_positions=lambda cfg: int(cfg.get("max_sequence_length", 4096)),
+))
