@@ -124,7 +124,7 @@ def weight_files(path: Path) -> list[Path]:
     single = path / "model.safetensors"
     if single.exists():
         return [single]
-    found = sorted(path.glob("*.safetensors"))
+    found = sorted(path.glob("model*.safetensors"))
     if found:
         return found
     raise RippleError(f"checkpoint {path} has no *.safetensors weights (only safetensors checkpoints load)")

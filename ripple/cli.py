@@ -1,0 +1,158 @@
+"""The `ripple` command. Bad input prints one line naming the problem and exits 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+from .errors import RippleError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors on one line (no usage dump) with exit status 2."""
+
+    def error(self, message: str):  # noqa: D401
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+_EPILOG = {
+    "generate": """examples:
+  ripple generate --model ../shared/golden/llada-tiny --input-ids 5,6,7 --decoder confidence --set tau=0.9 \\
+      --gen-length 32 --block-length 8 --cache prefix --json
+  ripple generate --model GSAI-ML/LLaDA-8B-Instruct --prompt "What is 7*8?" --chat --decoder default \\
+      --gen-length 256 --block-length 32 --dtype bfloat16 --device cuda""",
+}
+
+
+def parse_settings(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in pairs or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise RippleError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_ids(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(not p.lstrip("-").isdigit() for p in parts) or not text.strip():
+        raise RippleError(f"--input-ids expects comma-separated token ids like 1,2,3, got {text!r}")
+    ids = [int(p) for p in parts]
+    if any(i < 0 for i in ids):
+        raise RippleError(f"--input-ids must be non-negative token ids, got {text!r}")
+    return ids
+
+
+def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = None, block_default: int | None = None) -> None:
+    from .decoders import names
+
+    p.add_argument("--decoder", required=True, help=f"decoder name: {', '.join(names())}")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="decoder hyperparameter, repeatable (e.g. --set tau=0.9)")
+    p.add_argument("--gen-length", type=int, required=gen_default is None, default=gen_default)
+    p.add_argument("--block-length", type=int, required=block_default is None, default=block_default)
+    p.add_argument("--cache", default="none", help="KV cache policy: none, prefix, dual")
+    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--stop-at-eos", action="store_true",
+                   help="stop after the block in which an end-of-sequence token was committed")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .decoders import build
+    from .platform.engine import Engine, GenerationConfig
+    from .platform.loading import load_model
+
+    decoder = build(args.decoder, parse_settings(args.set))
+    config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos)
+    ids = parse_ids(args.input_ids) if args.input_ids is not None else None
+    lm = load_model(args.model, dtype=args.dtype, device=args.device)
+    tok = lm.tokenizer
+    if ids is None:
+        if tok is None:
+            raise RippleError(f"model {args.model!r} has no tokenizer files; pass --input-ids instead of --prompt")
+        ids = encode_prompt(tok, args.prompt, chat=args.chat)
+    elif args.chat:
+        raise RippleError("--chat applies to --prompt text, not to --input-ids")
+    vocab = lm.model.vocab_size
+    if max(ids) >= vocab:
+        raise RippleError(f"--input-ids contains id {max(ids)}, outside the model's vocabulary of {vocab}")
+    trace_file = open(args.trace, "w") if args.trace else None
+    try:
+        trace = (lambda ev: trace_file.write(json.dumps(ev) + "\n")) if trace_file else None
+        out = Engine.from_loaded(lm).generate([ids], decoder, config, trace=trace)[0]
+    finally:
+        if trace_file:
+            trace_file.close()
+    text = tok.decode(list(out.tokens[: out.generated_tokens]), skip_special_tokens=True) if tok is not None else None
+    record = {
+        "model": args.model, "decoder": decoder.name, "params": decoder.params.to_dict(),
+        "gen_length": config.gen_length, "block_length": config.block_length, "cache": config.cache,
+        "prompt_tokens": len(ids), "tokens": list(out.tokens), "text": text, "nfe": out.nfe,
+        "lookahead_nfe": out.lookahead_nfe, "decode_seconds": out.decode_seconds,
+        "generated_tokens": out.generated_tokens, "tps": out.tps, "canvas_tps": out.canvas_tps,
+    }
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(text if text is not None else " ".join(map(str, out.tokens)))
+        print(f"-- nfe {out.nfe} | generated {out.generated_tokens} tokens in {out.decode_seconds:.3f}s | "
+              f"TPS {out.tps:.1f} (canvas TPS {out.canvas_tps:.1f})", file=sys.stderr)
+    return 0
+
+
+def encode_prompt(tokenizer, text: str, chat: bool = False) -> list[int]:
+    """Tokenise a prompt; with `chat`, through the model's chat template (one user turn)."""
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise RippleError("--chat given but this tokenizer has no chat template")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+    bos = getattr(tokenizer, "bos_token", None)
+    add_special = not (bos and text.startswith(bos))
+    return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ripple", description="Benchmark and sweep parallel decoders of diffusion LMs.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    sub.required = True
+
+    g = sub.add_parser("generate", help="decode one prompt with one decoder",
+                       epilog=_EPILOG["generate"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--model", required=True, help="checkpoint directory, hub id, or embedded name (ripple-tiny)")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text (needs a tokenizer)")
+    src.add_argument("--input-ids", help="comma-separated prompt token ids")
+    g.add_argument("--chat", action="store_true", help="wrap --prompt in the model's chat template")
+    add_decode_args(g)
+    g.add_argument("--trace", metavar="FILE", help="write the decode trace as JSON lines")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(func=cmd_generate)
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+# other packages add their subcommands here (eval, grid, sweep, ...)
+_EXTRA_COMMANDS: list[Callable] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except RippleError as exc:
+        print(f"ripple {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("ripple: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""A scripted stand-in for the model, for decoder-logic tests.
+
+It speaks the DiffusionTransformer forward protocol (window, KV cache, attention mask,
+logits rows) but its "keys" are the tokens themselves, so a query's logits are a
+function the test controls of (its position, the (position, token) pairs it can see).
+A stale cache therefore behaves like a real stale cache, and the packed lookahead's
+visibility rule is observable.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Script = Callable[[int, tuple[tuple[int, int], ...]], torch.Tensor]
+
+
+@dataclass
+class TokenCache:
+    tokens: torch.Tensor  # [B, N]
+    positions: torch.Tensor  # [B, N]
+
+    def select(self, rows):
+        return TokenCache(self.tokens[rows], self.positions[rows])
+
+
+@dataclass
+class _Out:
+    logits: torch.Tensor
+    kv: TokenCache | None
+
+
+def hashed_script(vocab: int, scale: float = 4.0, seed: int = 0) -> Script:
+    """Deterministic pseudo-random logits that depend on everything a query sees."""
+
+    def script(pos, visible):
+        h = hashlib.sha256(repr((seed, pos, visible)).encode()).digest()
+        g = torch.Generator().manual_seed(int.from_bytes(h[:8], "little"))
+        return torch.randn(vocab, generator=g) * scale
+
+    return script
+
+
+class ScriptedModel:
+    def __init__(self, vocab: int, script: Script, shift: int = 0):
+        self.vocab_size = vocab
+        self.script = script
+        self.shift = shift
+        self.calls = 0  # forward calls
+        self.row_calls = 0  # sum over calls of batch rows
+
+    def __call__(self, tokens, positions, attn_mask=None, kv=None, window=None, return_kv=False, logits_rows=None):
+        self.calls += 1
+        B, T = tokens.shape
+        self.row_calls += B
+        if kv is not None:
+            w0, w1 = window
+            n = w1 - w0
+            key_tok = torch.cat((kv.tokens[:, :w0], tokens[:, :n], kv.tokens[:, w1:], tokens[:, n:]), 1)
+            key_pos = torch.cat((kv.positions[:, :w0], positions[:, :n], kv.positions[:, w1:], positions[:, n:]), 1)
+        else:
+            key_tok, key_pos = tokens, positions
+        rows = range(T) if logits_rows is None else [int(r) for r in logits_rows]
+        out = torch.empty(B, len(rows), self.vocab_size)
+        for b in range(B):
+            for j, q in enumerate(rows):
+                if attn_mask is None:
+                    vis = torch.ones(key_tok.shape[1], dtype=torch.bool)
+                else:
+                    vis = attn_mask[b, 0, q]
+                    vis = vis if vis.dtype == torch.bool else vis == 0
+                seen = tuple(sorted((int(p), int(t)) for p, t, v in zip(key_pos[b], key_tok[b], vis) if v))
+                out[b, j] = self.script(int(positions[b, q]), seen)
+        cache = TokenCache(tokens.clone(), positions.clone()) if return_kv else None
+        return _Out(out, cache)
