@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 from .errors import RippleError
 
@@ -19,6 +19,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 _EPILOG = {
+    "eval": """examples:
+  ripple eval --model ripple-tiny --task arith --decoder confidence --set tau=0.9 --limit 200
+  ripple eval --model ripple-tiny --task pyfunc --decoder default --gen-length 48 --block-length 16 --json""",
+    "train-tiny": """examples:
+  ripple train-tiny --out runs/ripple-tiny            # the shipped model's recipe (resumes if interrupted)
+  ripple train-tiny --out /tmp/micro --preset micro --steps 20""",
     "generate": """examples:
   ripple generate --model ../shared/golden/llada-tiny --input-ids 5,6,7 --decoder confidence --set tau=0.9 \\
       --gen-length 32 --block-length 8 --cache prefix --json
@@ -105,6 +111,58 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .decoders import build
+    from .platform.engine import GenerationConfig
+    from .platform.evaluate import evaluate_cell
+    from .platform.loading import load_model
+    from .tasks import get_task
+
+    decoder = build(args.decoder, parse_settings(args.set))
+    config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos)
+    task = get_task(args.task)
+    if args.limit is not None and args.limit < 1:
+        raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
+    lm = load_model(args.model, dtype=args.dtype, device=args.device)
+    sink = open(args.samples_out, "w") if args.samples_out else None
+    try:
+        write = (lambda r: (sink.write(json.dumps(r.__dict__) + "\n"), sink.flush())) if sink else None
+        cell = evaluate_cell(lm, task, decoder, config, limit=args.limit, progress=not args.json, on_sample=write)
+    finally:
+        if sink:
+            sink.close()
+    summary = cell.summary()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{task.name} | {decoder.name} {decoder.params.to_dict()} | cache {config.cache} | n {cell.n}")
+        print(f"accuracy {cell.accuracy:.1f}% | mean NFE {cell.mean_nfe:.2f} | TPS {cell.tps:.1f} "
+              f"(canvas TPS {cell.canvas_tps:.1f})")
+    return 0
+
+
+def cmd_train_tiny(args: argparse.Namespace) -> int:
+    from .platform.tiny.train import PRESETS, train
+
+    if args.preset not in PRESETS:
+        raise RippleError(f"unknown preset {args.preset!r}; accepted: {', '.join(PRESETS)}")
+    overrides = {k: v for k, v in {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
+                                   "seed": args.seed}.items() if v is not None}
+    for key, value in overrides.items():
+        if value <= 0 and key != "seed":
+            raise RippleError(f"--{key.replace('_', '-')} must be positive, got {value}")
+    cfg = PRESETS[args.preset](args.out, **overrides)
+    summary = train(cfg, resume=not args.no_resume)
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .platform.demo import run_demo
+
+    return run_demo(args.model, limit=args.limit, cache=args.cache)
+
+
 def encode_prompt(tokenizer, text: str, chat: bool = False) -> list[int]:
     """Tokenise a prompt; with `chat`, through the model's chat template (one user turn)."""
     if chat:
@@ -132,13 +190,34 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trace", metavar="FILE", help="write the decode trace as JSON lines")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(func=cmd_generate)
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+
+    e = sub.add_parser("eval", help="evaluate one cell: model x task x decoder", epilog=_EPILOG["eval"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("--model", required=True, help="checkpoint directory, hub id, or embedded name (ripple-tiny)")
+    e.add_argument("--task", required=True, help="task name (see `ripple tasks list`)")
+    add_decode_args(e, gen_default=48, block_default=16)
+    e.add_argument("--limit", type=int, default=None, help="evaluate the first N test examples")
+    e.add_argument("--samples-out", metavar="FILE", help="also write one JSON line per sample")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=cmd_eval)
+
+    t = sub.add_parser("train-tiny", help="train the embedded ripple-tiny model on CPU", epilog=_EPILOG["train-tiny"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--out", required=True, help="output directory (Hugging Face format; resumable)")
+    t.add_argument("--steps", type=int, default=None)
+    t.add_argument("--batch-size", type=int, default=None)
+    t.add_argument("--lr", type=float, default=None)
+    t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--preset", default="tiny", help="model size preset: tiny (the shipped model) or micro (tests)")
+    t.add_argument("--no-resume", action="store_true", help="start over even if a checkpoint exists")
+    t.set_defaults(func=cmd_train_tiny)
+
+    d = sub.add_parser("demo", help="every decoder on ripple-tiny's two tasks, one comparison table")
+    d.add_argument("--model", default="ripple-tiny")
+    d.add_argument("--limit", type=int, default=50, help="test examples per task")
+    d.add_argument("--cache", default="none")
+    d.set_defaults(func=cmd_demo)
     return parser
-
-
-# other packages add their subcommands here (eval, grid, sweep, ...)
-_EXTRA_COMMANDS: list[Callable] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -122,3 +122,29 @@ def test_bad_checkpoints_raise_one_line_errors(golden, tmp_path):
     (d / "model.safetensors").unlink()
     with pytest.raises(RippleError, match="no \\*.safetensors"):
         load_model(str(d), "float32", "cpu")
+
+
+def test_hub_id_resolves_through_the_hub_cache(golden, tmp_path):
+    """A hub id loads from the Hugging Face cache layout (offline here), like a downloaded model."""
+    import os
+    import subprocess
+    import sys
+
+    repo = tmp_path / "hub" / "models--golden-org--llada-tiny"
+    snap = repo / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(golden / "llada-tiny" / f, snap / f)
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    argv = ["generate", "--model", "golden-org/llada-tiny", "--input-ids", "5,6,7", "--decoder", "default",
+            "--gen-length", "8", "--block-length", "8", "--json"]
+    proc = subprocess.run([sys.executable, "-m", "ripple.cli", *argv], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    local = subprocess.run([sys.executable, "-m", "ripple.cli", *argv[:2], str(golden / "llada-tiny"), *argv[3:]],
+                           capture_output=True, text=True)
+    assert json.loads(proc.stdout)["tokens"] == json.loads(local.stdout)["tokens"]
+    missing = subprocess.run([sys.executable, "-m", "ripple.cli", *argv[:2], "nobody/absent", *argv[3:]],
+                             capture_output=True, text=True, env=env)
+    assert missing.returncode == 2 and "neither a local directory nor reachable" in missing.stderr

@@ -59,3 +59,34 @@ LLADA = register_family(Family(
     tied_head=lambda cfg: bool(cfg.get("weight_tying", False)),
     max_positions=lambda cfg: int(cfg.get("max_sequence_length", 4096)),
 ))
+
+
+_INVERSE_BLOCK = {v: k for k, v in _BLOCK.items()}
+_INVERSE_TOP = {"embed.weight": "transformer.wte.weight", "norm.weight": "transformer.ln_f.weight",
+                "head.weight": "transformer.ff_out.weight"}
+
+
+def checkpoint_key(ours: str) -> str:
+    """Our parameter name -> LLaDA's checkpoint key (inverse of `_rename`)."""
+    if ours in _INVERSE_TOP:
+        return "model." + _INVERSE_TOP[ours]
+    m = re.match(r"^layers\.(\d+)\.(.+)\.(weight|bias)$", ours)
+    if not m:
+        raise KeyError(ours)
+    layer, name, kind = m.groups()
+    return f"model.transformer.blocks.{layer}.{_INVERSE_BLOCK[name]}.{kind}"
+
+
+def checkpoint_config(cfg: TransformerConfig, *, mask_id: int, eos_id: int, pad_id: int, max_positions: int) -> dict:
+    """A config.json in LLaDA's own key set, so our checkpoints load like the 8B ones."""
+    return {
+        "architectures": ["LLaDAModelLM"], "model_type": "llada", "block_type": "llama",
+        "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "n_layers": cfg.n_layers,
+        "mlp_hidden_size": cfg.mlp_hidden, "mlp_ratio": 4, "vocab_size": cfg.vocab_size,
+        "embedding_size": cfg.vocab_size, "rope": True, "rope_theta": cfg.rope_theta, "rope_full_precision": True,
+        "layer_norm_type": "rms", "rms_norm_eps": cfg.norm_eps, "layer_norm_with_affine": True,
+        "activation_type": "silu", "alibi": False, "include_bias": False, "include_qkv_bias": cfg.qkv_bias,
+        "weight_tying": False, "scale_logits": False, "input_emb_norm": False,
+        "mask_token_id": mask_id, "eos_token_id": eos_id, "pad_token_id": pad_id,
+        "max_sequence_length": max_positions, "torch_dtype": "float32", "use_cache": False,
+    }

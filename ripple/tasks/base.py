@@ -1,0 +1,83 @@
+"""The task protocol and the registry that maps task names to task classes.
+
+A task turns its data into `Example`s and scores one completion per example;
+decoders, grids and dashboards only ever see these records, never a dataset.
+"""
+
+from __future__ import annotations
+
+import difflib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from ripple.errors import RippleError
+
+
+@dataclass(frozen=True)
+class Example:
+    """One evaluation item: what the model sees and what it is compared against."""
+
+    id: str
+    prompt: str
+    reference: str  # the gold completion text, e.g. a worked solution ending in "#### 9"
+    answer: str | None = None  # the gold final answer, when the task has one
+    tests: tuple[str, ...] = ()  # hidden assert lines for code tasks
+    entry_point: str | None = None  # the function the tests call
+
+
+@dataclass(frozen=True)
+class Score:
+    """The verdict on one completion; `details` says how it was reached."""
+
+    correct: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """A benchmark: examples per split and a scorer for one completion."""
+
+    name: ClassVar[str]
+    metric: ClassVar[str]  # what `Score.correct` averages to, e.g. "exact_match", "pass@1"
+    stop_sequences: ClassVar[tuple[str, ...]]  # generation is cut at the first of these
+
+    @abstractmethod
+    def examples(self, split: str = "test", limit: int | None = None) -> list[Example]:
+        """The first `limit` examples of `split`, in a fixed order."""
+
+    @abstractmethod
+    def score(self, example: Example, completion: str) -> Score:
+        """Judge `completion` (the model's text after the prompt) for `example`."""
+
+
+_TASKS: dict[str, type[Task]] = {}
+T = TypeVar("T", bound=type[Task])
+
+
+def register_task(cls: T) -> T:
+    """Class decorator: make `cls` available to `get_task(cls.name)`."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise RippleError(f"task class {cls.__qualname__} needs a non-empty `name`")
+    existing = _TASKS.get(name)
+    # Re-registering the same class (e.g. a module reload) is harmless; two classes are not.
+    if existing is not None and (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise RippleError(f"task name {name!r} is already used by {existing.__module__}.{existing.__qualname__}")
+    _TASKS[name] = cls
+    return cls
+
+
+def task_names() -> list[str]:
+    """Registered task names, sorted."""
+    return sorted(_TASKS)
+
+
+def get_task(name: str, **options: Any) -> Task:
+    """A new instance of the task registered as `name`; `options` go to its constructor."""
+    try:
+        cls = _TASKS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, task_names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise RippleError(f"unknown task {name!r}{hint} (registered tasks: {', '.join(task_names())})") from None
+    return cls(**options)
