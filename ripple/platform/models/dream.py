@@ -1,9 +1,7 @@
 """Dream (Dream-v0-Instruct-7B): Qwen2 layout, bidirectional, logits shifted right by one."""
 from __future__ import annotations
 
-import re
-
-from .family import Family, register_family, require
+from .family import Family, register_family, renamer, require
 from .transformer import TransformerConfig
 
 _BLOCK = {
@@ -12,7 +10,9 @@ _BLOCK = {
     "post_attention_layernorm": "mlp_norm",
     "mlp.gate_proj": "gate", "mlp.up_proj": "up", "mlp.down_proj": "down",
 }
-_KEY = re.compile(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$")
+_rename = renamer(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$", _BLOCK, {
+    "model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight", "lm_head.weight": "head.weight",
+})
 
 
 def _config(cfg: dict) -> TransformerConfig:
@@ -24,19 +24,6 @@ def _config(cfg: dict) -> TransformerConfig:
         mlp_hidden=require(cfg, "intermediate_size"), rope_theta=float(cfg.get("rope_theta", 10000.0)),
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), qkv_bias=True, rope_full_precision=False,
     )
-
-
-def _rename(key: str) -> str | None:
-    m = _KEY.match(key)
-    if m:
-        layer, name, kind = m.groups()
-        ours = _BLOCK.get(name)
-        return f"layers.{layer}.{ours}.{kind}" if ours else None
-    return {
-        "model.embed_tokens.weight": "embed.weight",
-        "model.norm.weight": "norm.weight",
-        "lm_head.weight": "head.weight",
-    }.get(key)
 
 
 DREAM = register_family(Family(

@@ -1,6 +1,7 @@
 """The family registry: how one checkpoint format maps onto `DiffusionTransformer`."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -40,6 +41,21 @@ def get_family(model_type: str) -> Family:
             f"unsupported model_type {model_type!r} in config.json; supported: {', '.join(registered_families())}"
         )
     return fam
+
+
+def renamer(block_key: str, block_names: dict[str, str], top_names: dict[str, str]) -> Callable[[str], str | None]:
+    """Checkpoint key -> our name, from a per-layer regex (groups: layer, name, kind) and two tables."""
+    pattern = re.compile(block_key)
+
+    def rename(key: str) -> str | None:
+        m = pattern.match(key)
+        if m:
+            layer, name, kind = m.groups()
+            ours = block_names.get(name)
+            return f"layers.{layer}.{ours}.{kind}" if ours else None
+        return top_names.get(key)
+
+    return rename
 
 
 def require(cfg: dict[str, Any], key: str) -> Any:

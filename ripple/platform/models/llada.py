@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ...errors import RippleError
-from .family import Family, register_family, require
+from .family import Family, register_family, renamer, require
 from .transformer import TransformerConfig
 
 _BLOCK = {
@@ -12,7 +12,10 @@ _BLOCK = {
     "attn_norm": "attn_norm", "ff_norm": "mlp_norm",
     "ff_proj": "gate", "up_proj": "up", "ff_out": "down",
 }
-_KEY = re.compile(r"^(?:model\.)?transformer\.blocks\.(\d+)\.(\w+)\.(weight|bias)$")
+_TOP = {"transformer.wte.weight": "embed.weight", "transformer.ln_f.weight": "norm.weight",
+        "transformer.ff_out.weight": "head.weight"}
+_rename = renamer(r"^(?:model\.)?transformer\.blocks\.(\d+)\.(\w+)\.(weight|bias)$", _BLOCK,
+                  {**_TOP, **{"model." + k: v for k, v in _TOP.items()}})
 
 
 def _config(cfg: dict) -> TransformerConfig:
@@ -36,19 +39,6 @@ def _config(cfg: dict) -> TransformerConfig:
     )
 
 
-def _rename(key: str) -> str | None:
-    m = _KEY.match(key)
-    if m:
-        layer, name, kind = m.groups()
-        ours = _BLOCK.get(name)
-        return f"layers.{layer}.{ours}.{kind}" if ours else None
-    base = key.removeprefix("model.")
-    return {
-        "transformer.wte.weight": "embed.weight",
-        "transformer.ln_f.weight": "norm.weight",
-        "transformer.ff_out.weight": "head.weight",
-    }.get(base)
-
 
 LLADA = register_family(Family(
     name="llada",
@@ -62,8 +52,7 @@ LLADA = register_family(Family(
 
 
 _INVERSE_BLOCK = {v: k for k, v in _BLOCK.items()}
-_INVERSE_TOP = {"embed.weight": "transformer.wte.weight", "norm.weight": "transformer.ln_f.weight",
-                "head.weight": "transformer.ff_out.weight"}
+_INVERSE_TOP = {v: k for k, v in _TOP.items()}
 
 
 def checkpoint_key(ours: str) -> str:
