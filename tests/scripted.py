@@ -9,6 +9,7 @@ visibility rule is observable.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -75,3 +76,31 @@ class ScriptedModel:
                 out[b, j] = self.script(int(positions[b, q]), seen)
         cache = TokenCache(tokens.clone(), positions.clone()) if return_kv else None
         return _Out(out, cache)
+
+
+def peaked(vocab: int, token: int, p: float, runner_up: int | None = None, floor: float = -30.0) -> torch.Tensor:
+    """Logits [V] whose softmax puts (almost exactly) p on `token` and 1 - p on `runner_up`."""
+    logits = torch.full((vocab,), floor)
+    logits[token] = math.log(p)
+    logits[token + 1 if runner_up is None else runner_up] = math.log(1.0 - p)
+    return logits
+
+
+def spread(vocab: int, token: int, p: float) -> torch.Tensor:
+    """Logits [V] whose softmax puts p on `token` and spreads 1 - p evenly over the rest."""
+    logits = torch.full((vocab,), math.log((1.0 - p) / (vocab - 1)))
+    logits[token] = math.log(p)
+    return logits
+
+
+def view(seen: tuple[tuple[int, int], ...], mask_id: int) -> tuple[dict[int, int], bool]:
+    """The canvas as a query sees it ({position: token}) and whether the query is a shadow row.
+
+    A shadow row sees the block twice (the canvas and the all-mask shadow), so positions
+    repeat; where they do, the canvas token wins, so its own hidden position reads as masked.
+    """
+    canvas: dict[int, int] = {}
+    for p, t in seen:
+        if t != mask_id or p not in canvas:
+            canvas[p] = t
+    return canvas, len(canvas) < len(seen)

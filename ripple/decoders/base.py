@@ -5,7 +5,9 @@ Per step the engine hands a decoder one sample's `BlockState` and receives a `Pl
 tokens to commit (and, for remasking decoders, positions to remask) and optionally
 block variants to evaluate in one packed lookahead forward. After a lookahead the
 decoder's `resolve` picks what to commit and which distributions to carry into the next
-step, so no extra forward is run.
+step, so no extra forward is run. A plan may also ask for the leave-one-out shadow of the
+block (WINO's verification): the engine packs it into the step's forward and hands its
+logits to the next step as `BlockState.shadow`.
 """
 from __future__ import annotations
 
@@ -37,6 +39,10 @@ class Plan:
     commit: Commit = field(default_factory=Commit)
     remask: torch.Tensor = _EMPTY  # block-relative positions to set back to the mask id
     variants: torch.Tensor | None = None  # [m, L] block contents to evaluate by packed lookahead
+    # also evaluate the shadow in the forward that follows this step: an all-mask copy of the
+    # block window with the block's position ids whose row predicting block position j cannot
+    # see the canvas token at j (ripple/platform/engine.py); its logits arrive as `BlockState.shadow`
+    shadow: bool = False
     info: dict[str, Any] = field(default_factory=dict)  # for the decode trace
 
 
@@ -64,6 +70,8 @@ class BlockState:
         self.memory: dict[str, Any] = {}  # decoder scratch, lives for this sample's block
         self._logits = logits
         self._probs: torch.Tensor | None = None
+        self._shadow: torch.Tensor | None = None
+        self._shadow_probs: torch.Tensor | None = None
 
     @property
     def logits(self) -> torch.Tensor:  # [L, V]
@@ -82,6 +90,27 @@ class BlockState:
         return self._probs
 
     @property
+    def shadow(self) -> torch.Tensor | None:
+        """Leave-one-out logits [L, V] from the last forward if the plan asked for them, else None.
+
+        Row j predicts block position j from the block as it stood when that forward ran (the
+        step's start) with j itself hidden; its probability of j's current token verifies it.
+        """
+        return self._shadow
+
+    @shadow.setter
+    def shadow(self, value: torch.Tensor | None) -> None:
+        self._shadow = value
+        self._shadow_probs = None
+
+    @property
+    def shadow_probs(self) -> torch.Tensor | None:
+        """float64 softmax of `shadow`: [L, V], or None."""
+        if self._shadow is not None and self._shadow_probs is None:
+            self._shadow_probs = torch.softmax(self._shadow.to(torch.float64), dim=-1)
+        return self._shadow_probs
+
+    @property
     def masked(self) -> torch.Tensor:  # [L] bool
         return self.tokens == self.mask_id
 
@@ -91,7 +120,8 @@ class Scheduler(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type[HyperParams]]
-    uses_lookahead: ClassVar[bool] = False
+    uses_lookahead: ClassVar[bool] = False  # plans may carry `variants` (then `resolve` is called)
+    uses_shadow: ClassVar[bool] = False  # plans may set `shadow` (leave-one-out verification)
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
 
     def __init__(self, params: HyperParams | None = None):
@@ -119,6 +149,18 @@ def greedy(state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
     conf = state.probs.gather(-1, tokens[:, None]).squeeze(-1)  # [L]
     conf = torch.where(state.masked, conf, torch.full_like(conf, float("-inf")))
     return tokens, conf
+
+
+def top_prob(probs: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Probability of the top-1 token other than the mask id, `greedy`'s confidence: [..., V] -> [...]."""
+    keep = torch.ones(probs.shape[-1], dtype=torch.bool, device=probs.device)
+    keep[mask_id] = False
+    return probs[..., keep].max(dim=-1).values
+
+
+def entropy(p: torch.Tensor) -> torch.Tensor:
+    """Full-vocabulary entropy in nats over the last dim (0 log 0 = 0)."""
+    return -torch.special.xlogy(p, p).sum(-1)
 
 
 def top1_index(conf: torch.Tensor) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import RippleError
 
@@ -29,6 +29,8 @@ def _range_text(meta: dict, kind: type) -> str:
 class HyperParams:
     """Base class. Subclasses declare fields with `hp(...)`; values are checked on creation."""
 
+    decoder_name: ClassVar[str | None] = None  # set by the registry, names the decoder in errors
+
     def __post_init__(self):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -47,8 +49,9 @@ class HyperParams:
             if ok and hi is not None:
                 ok = value < hi if meta.get("hi_open") else value <= hi
             if not ok:
+                owner = getattr(type(self), "decoder_name", None) or type(self).__name__.removesuffix("Params").lower()
                 raise RippleError(
-                    f"{type(self).__name__.removesuffix('Params').lower() or 'decoder'} hyperparameter "
+                    f"{owner or 'decoder'} hyperparameter "
                     f"{pub}={value!r} is invalid; accepted: {_range_text(meta, kind)}"
                 )
 

@@ -13,6 +13,8 @@ def register(cls: type[Scheduler]) -> type[Scheduler]:
     if cls.name in _REGISTRY:
         raise ValueError(f"decoder {cls.name!r} registered twice")
     _REGISTRY[cls.name] = cls
+    if "decoder_name" not in vars(cls.Params):  # errors name the decoder, not its dataclass
+        cls.Params.decoder_name = cls.name
     return cls
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler
+from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler, entropy
 from .confidence import threshold_commit
 from .params import HyperParams, hp
 from .registry import register
@@ -26,11 +26,6 @@ class RPSParams(HyperParams):
     k_max: int = hp(10, 1, 1000, doc="tokens kept per position for pivot entropy and candidates", search=(2, 20))
     r: float = hp(0.1, 0.0, 1.0, doc="candidate if probability >= r * top-1 probability", search=(0.01, 0.5))
     lam: float = hp(0.2, 0.0, 100.0, name="lambda", doc="plausibility weight", search=(0.0, 0.5))
-
-
-def entropy(p: torch.Tensor) -> torch.Tensor:
-    """Full-vocabulary entropy in nats over the last dim (0 log 0 = 0)."""
-    return -torch.special.xlogy(p, p).sum(-1)
 
 
 @register

@@ -8,6 +8,17 @@ the block-opening forward (DESIGN.md section 3):
   dual   -> [lo, hi)      prefix and suffix reused; only the block is recomputed
 where [lo, hi) is the block window: the block, plus one position before it for
 shifted-logit families (the prediction for position i is read at i-1).
+
+A step's forward may carry extra segments after the window, each with the block window's
+position ids, as the decoder's plan declares:
+  variants  packed lookahead copies of the block window (visibility rule of DESIGN.md 3);
+  shadow    one all-mask copy of the block window for leave-one-out verification (WINO):
+            shadow row t computes the prediction for block position j = lo + t + shift and
+            sees every context key a block query sees except the canvas token at j, plus
+            the whole shadow (so j appears to it as a mask). Base queries and variants
+            never see the shadow; the shadow never sees variants.
+Keys outside the recomputed window come from the block-opening cache for both, so the
+rule holds unchanged under every cache policy.
 """
 from __future__ import annotations
 
@@ -111,11 +122,13 @@ class Engine:
         return out.logits, out.kv
 
     def forward_window(self, canvas, positions, pad, kv: KVCache | None, w0: int, w1: int,
-                       lo: int, hi: int, variants: torch.Tensor | None, logits_rows):
-        """Recompute canvas window [w0, w1) (keys elsewhere from `kv`), plus packed variants.
+                       lo: int, hi: int, variants: torch.Tensor | None, logits_rows, shadow: bool = False):
+        """Recompute canvas window [w0, w1) (keys elsewhere from `kv`), plus packed segments.
 
         variants: [B, m, hi - lo] tokens of the block window for each variant.
-        Returns logits [B, R, V] for `logits_rows` of the packed query sequence.
+        shadow: append the all-mask leave-one-out copy of the block window after the variants.
+        Returns logits [B, R, V] for `logits_rows` of the packed query sequence
+        (window rows, then m * (hi - lo) variant rows, then hi - lo shadow rows).
         """
         B, N = canvas.shape
         toks = canvas[:, w0:w1]  # [B, Tw]
@@ -125,32 +138,47 @@ class Engine:
         if m:
             toks = torch.cat((toks, variants.reshape(B, m * Lw)), dim=1)  # [B, Tw + m*Lw]
             pos = torch.cat((pos, positions[:, lo:hi].repeat(1, m)), dim=1)
+        if shadow:
+            toks = torch.cat((toks, torch.full((B, Lw), self.mask_id, dtype=toks.dtype, device=toks.device)), dim=1)
+            pos = torch.cat((pos, positions[:, lo:hi]), dim=1)  # [B, Tw + m*Lw + Lw]
         mask = None
-        if m or pad.any():
-            mask = self._mask(pad, w0, w1, lo, hi, m)
+        if m or shadow or pad.any():
+            mask = self._mask(pad, w0, w1, lo, hi, m, shadow)
         if kv is None and (w0, w1) != (0, N):
             raise AssertionError("a partial window needs the block-opening KV cache")
         out = self.model(toks, pos, attn_mask=mask, kv=kv, window=(w0, w1) if kv is not None else None,
                          logits_rows=logits_rows)
         return out.logits
 
-    def _mask(self, pad, w0, w1, lo, hi, m) -> torch.Tensor:
-        """Visibility [B, 1, Tw + m*Lw, N + m*Lw] (True = may attend), DESIGN.md section 3."""
+    def _mask(self, pad, w0, w1, lo, hi, m, shadow=False) -> torch.Tensor:
+        """Visibility [B, 1, Tw + E, N + E] (True = may attend), E = (m + shadow) * Lw extra rows."""
         B, N = pad.shape
         Tw, Lw = w1 - w0, hi - lo
+        S = Lw if shadow else 0
+        E = m * Lw + S
         dev = pad.device
         key_ok = ~pad  # [B, N]
         base = key_ok[:, None, :].expand(B, Tw, N) | pad[:, w0:w1, None]  # [B, Tw, N]
-        if not m:
+        if not E:
             return base[:, None]
-        # base queries never see variants
-        top = torch.cat((base, torch.zeros(B, Tw, m * Lw, dtype=torch.bool, device=dev)), dim=2)
-        # a variant sees the context minus the anchor's block window, plus its own copy
-        ctx = key_ok.clone()
-        ctx[:, lo:hi] = False
-        own = torch.block_diag(*[torch.ones(Lw, Lw, dtype=torch.bool, device=dev)] * m)  # [m*Lw, m*Lw]
-        bottom = torch.cat((ctx[:, None, :].expand(B, m * Lw, N), own[None].expand(B, -1, -1)), dim=2)
-        return torch.cat((top, bottom), dim=1)[:, None]
+        no = lambda rows, cols: torch.zeros(B, rows, cols, dtype=torch.bool, device=dev)  # noqa: E731
+        parts = [torch.cat((base, no(Tw, E)), dim=2)]  # base queries never see extra segments
+        if m:
+            # a variant sees the context minus the anchor's block window, plus its own copy
+            ctx = key_ok.clone()
+            ctx[:, lo:hi] = False
+            own = torch.block_diag(*[torch.ones(Lw, Lw, dtype=torch.bool, device=dev)] * m)  # [m*Lw, m*Lw]
+            parts.append(torch.cat((ctx[:, None, :].expand(B, m * Lw, N), own[None].expand(B, -1, -1), no(m * Lw, S)),
+                                   dim=2))
+        if shadow:
+            # shadow row t sees the context minus its twin, the block position lo + t + shift
+            # it predicts (the spare row of a shifted family predicts past the block: no twin)
+            twin = torch.zeros(Lw, N, dtype=torch.bool, device=dev)
+            t = torch.arange(hi - lo - self.shift, device=dev)
+            twin[t, lo + self.shift + t] = True
+            sees = key_ok[:, None, :] & ~twin[None]  # [B, Lw, N]
+            parts.append(torch.cat((sees, no(Lw, m * Lw), torch.ones(B, Lw, Lw, dtype=torch.bool, device=dev)), dim=2))
+        return torch.cat(parts, dim=1)[:, None]
 
 
 class _Run:
@@ -241,14 +269,14 @@ class _Run:
                                     torch.arange(lo, lo + L, device=e.device), cfg.cache != "none")
         self._count(rows)
         states = {r: BlockState(self.canvas[r, bs:be], logits[i], e.mask_id, blk) for i, r in enumerate(rows)}
-        row_pos = {r: i for i, r in enumerate(rows)}
-        base_rows = torch.arange(lo - w0, lo - w0 + L, device=e.device)
+        win = _Window(w0, w1, lo, hi, {r: i for i, r in enumerate(rows)})
         max_steps = 4 * L + 16
         while True:
             active = [r for r in rows if bool(states[r].masked.any())]
             if not active:
                 return
-            normal, look, plans = [], [], {}
+            groups: dict[tuple[bool, bool], list[int]] = {}  # (variants, shadow) -> rows
+            plans = {}
             for r in active:
                 st = states[r]
                 if st.step >= max_steps:
@@ -256,74 +284,109 @@ class _Run:
                 plan = dec.step(st)
                 self._apply(r, st, plan.commit, plan.remask)
                 plans[r] = plan
+                kind = (plan.variants is not None, plan.shadow)
                 still = bool(st.masked.any())
-                self._emit(r, blk, st, plan.commit, plan.info, "lookahead" if (still and plan.variants is not None) else ("normal" if still else None))
+                self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if still else None,
+                           remask=plan.remask)
                 st.step += 1
-                if still:
-                    (look if plan.variants is not None else normal).append(r)
-            sel = lambda rs: torch.tensor([row_pos[r] for r in rs], device=e.device)  # noqa: E731
-            if normal:
-                s = sel(normal)
-                part = lambda t: t if len(normal) == self.B else t[torch.tensor(normal, device=e.device)]  # noqa: E731
-                new = e.forward_window(part(self.canvas), part(self.positions), part(self.pad),
-                                       None if kv is None else (kv if len(normal) == len(rows) else kv.select(s)),
-                                       w0, w1, lo, hi, None, base_rows)
-                self._count(normal)
-                for i, r in enumerate(normal):
-                    states[r].logits = new[i]
-            if look:
-                self._lookahead(look, states, plans, kv, sel(look), rows, w0, w1, lo, hi, base_rows, blk)
+                if still:  # no forward once the block is complete
+                    groups.setdefault(kind, []).append(r)
+            for kind in sorted(groups):  # one forward per kind; each row is in exactly one
+                self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
 
-    def _lookahead(self, look, states, plans, kv, s, rows, w0, w1, lo, hi, base_rows, blk):
+    def _forward(self, group: list[int], kind: tuple[bool, bool], states, plans, kv, rows, win: _Window, blk: int):
+        """One forward for `group`'s rows: the window plus the segments their plans declared."""
         e, L = self.e, self.cfg.block_length
-        m = max(plans[r].variants.shape[0] for r in look)
-        Lw = hi - lo
-        var = []
-        for r in look:
-            v = plans[r].variants.to(e.device)  # [m_r, L]
-            if v.shape[0] < m:  # pad with copies of the anchor block; their logits are ignored
-                v = torch.cat((v, states[r].tokens[None].expand(m - v.shape[0], L)), dim=0)
-            head = self.canvas[r, lo:lo + e.shift][None].expand(m, e.shift)  # shifted families: one position before
-            var.append(torch.cat((head, v), dim=1))  # [m, Lw]
-        variants = torch.stack(var)  # [B', m, Lw]
-        part_idx = torch.tensor(look, device=e.device)
-        Tw = w1 - w0
-        var_rows = (Tw + torch.arange(m, device=e.device)[:, None] * Lw + torch.arange(L, device=e.device)[None]).reshape(-1)
-        out = e.forward_window(self.canvas[part_idx], self.positions[part_idx], self.pad[part_idx],
-                               None if kv is None else (kv if len(look) == len(rows) else kv.select(s)),
-                               w0, w1, lo, hi, variants, torch.cat((base_rows, var_rows)))
-        self._count(look, lookahead=True)
-        for i, r in enumerate(look):
+        looks, shadow = kind
+        idx = torch.tensor(group, device=e.device)
+        pick = lambda t: t if len(group) == self.B else t[idx]  # noqa: E731
+        if kv is not None and len(group) != len(rows):
+            kv = kv.select(torch.tensor([win.row_pos[r] for r in group], device=e.device))
+        Tw, Lw = win.w1 - win.w0, win.hi - win.lo
+        variants, m = None, 0
+        if looks:
+            m = max(plans[r].variants.shape[0] for r in group)
+            var = []
+            for r in group:
+                v = plans[r].variants.to(e.device)  # [m_r, L]
+                if v.shape[0] < m:  # pad with copies of the anchor block; their logits are ignored
+                    v = torch.cat((v, states[r].tokens[None].expand(m - v.shape[0], L)), dim=0)
+                # shifted families: the variant window starts one position before the block
+                head = self.canvas[r, win.lo:win.lo + e.shift][None].expand(m, e.shift)
+                var.append(torch.cat((head, v), dim=1))  # [m, Lw]
+            variants = torch.stack(var)  # [G, m, Lw]
+        ar = lambda n: torch.arange(n, device=e.device)  # noqa: E731
+        out_rows = [ar(L) + win.lo - win.w0]  # the block's predictions in the window
+        if m:
+            out_rows.append((Tw + ar(m)[:, None] * Lw + ar(L)[None]).reshape(-1))
+        if shadow:
+            out_rows.append(Tw + m * Lw + ar(L))
+        out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
+                               win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow)  # [G, L*(1+m+shadow), V]
+        self._count(group, lookahead=looks)
+        for i, r in enumerate(group):
             st, plan = states[r], plans[r]
+            st.shadow = out[i, (1 + m) * L:] if shadow else None
+            if not looks:
+                st.logits = out[i, :L]
+                continue
             m_r = plan.variants.shape[0]
-            res = self.decoder.resolve(st, plan, Lookahead(out[i, :L], out[i, L:].reshape(m, L, -1)[:m_r]))
+            res = self.decoder.resolve(st, plan, Lookahead(out[i, :L], out[i, L:(1 + m) * L].reshape(m, L, -1)[:m_r]))
             self._apply(r, st, res.commit, None)
             st.logits = res.logits
             self._emit(r, blk, st, res.commit, res.info, None, phase="resolve")
 
     def _apply(self, r: int, st: BlockState, commit: Commit, remask) -> None:
-        """Write a decoder's commits into the canvas, checking the protocol's invariants."""
+        """Write a decoder's commits (then remasks) into the canvas, checking the protocol's invariants."""
         e = self.e
+        L = st.tokens.shape[0]
+        pos = commit.positions.to(st.tokens.device)
         if len(commit):
-            pos = commit.positions.to(st.tokens.device)
             tok = commit.tokens.to(st.tokens.device)
-            L = st.tokens.shape[0]
             if bool(((pos < 0) | (pos >= L)).any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} committed outside the current block")
             if not bool(st.masked[pos].all()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} committed an already decoded position")
             if bool((tok == e.mask_id).any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} committed the mask id")
+        if remask is not None and remask.numel():
+            back = remask.to(st.tokens.device)
+            if bool(((back < 0) | (back >= L)).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current block")
+            if bool(st.masked[back].any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position that is not decoded")
+            if bool(torch.isin(back, pos).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position it commits in the same step")
+        if len(commit):
             st.tokens[pos] = tok
         if remask is not None and remask.numel():
-            st.tokens[remask.to(st.tokens.device)] = e.mask_id
+            st.tokens[back] = e.mask_id
 
-    def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step") -> None:
+    def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None) -> None:
         if self.trace is None:
             return
         offset = blk * self.cfg.block_length
-        self.trace({
+        event = {
             "sample": r, "block": blk, "step": st.step, "phase": phase,
             "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
             "forward": forward, **info,
-        })
+        }
+        if remask is not None and remask.numel():
+            event["remasked"] = [offset + int(p) for p in remask.tolist()]
+        self.trace(event)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Canvas columns of one block's forwards: recomputed window [w0, w1), block window [lo, hi)."""
+
+    w0: int
+    w1: int
+    lo: int
+    hi: int
+    row_pos: dict[int, int]  # batch row -> its index among the block's rows (the KV cache's rows)
+
+
+def _forward_label(kind: tuple[bool, bool]) -> str:
+    looks, shadow = kind
+    return ("lookahead+shadow" if shadow else "lookahead") if looks else ("shadow" if shadow else "normal")

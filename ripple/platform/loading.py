@@ -169,7 +169,9 @@ def load_tokenizer(path: Path):
         return None
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # it warns that config.json's model_type is unknown to it
     try:
         return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as first:  # custom tokenizer classes (Dream) need remote code; we do not run it

@@ -78,6 +78,6 @@ def get_task(name: str, **options: Any) -> Task:
         cls = _TASKS[name]
     except KeyError:
         close = difflib.get_close_matches(name, task_names(), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise RippleError(f"unknown task {name!r}{hint} (registered tasks: {', '.join(task_names())})") from None
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RippleError(f"unknown task {name!r}{hint}; registered: {', '.join(task_names())}") from None
     return cls(**options)

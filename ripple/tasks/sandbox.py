@@ -26,7 +26,6 @@ import math
 import os
 import secrets
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,10 +36,12 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 FILE_SIZE_LIMIT = 16 * 2**20  # bytes a program may write to one file
 _UID_BASE = 2_000_000_000  # per-run uids live far above any real account
-_UID_SLOTS = 256  # concurrent runs per host process; uid = base + pid * slots + slot
+_UID_SLOTS = 256  # concurrent runs per host process
+_UID_BLOCKS = (2**32 - 2 - _UID_BASE) // _UID_SLOTS  # one block of slots per process; > pid_max (2**22)
 _DRAIN_S = 1.0  # after the kill, how long to wait for the pipes to close
 
 
@@ -81,9 +82,12 @@ def _harness():
             soft, hard = min(soft, current), min(hard, current)
         resource.setrlimit(res, (soft, hard))
     if cfg["uid"] is not None:
-        os.setgroups([])
-        os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
-        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+        try:
+            os.setgroups([])
+            os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
+            os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+        except OSError as exc:
+            raise SystemExit(f"sandbox: could not drop privileges: {exc}")
         if 0 in os.getresuid():
             raise SystemExit("sandbox: could not drop privileges")
 
@@ -160,7 +164,7 @@ _DISABLED_SUBPROCESS = ("Popen", "run", "call", "check_call", "check_output", "g
 
 
 class _UidPool:
-    """Hands out per-run uids, unique across this host's live processes and threads."""
+    """Hands out per-run uids: unique among this process's threads, and across processes by `_uid_block`."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -175,11 +179,21 @@ class _UidPool:
                 self._cond.wait()
             slot = self._free.popleft()
         try:
-            yield _UID_BASE + os.getpid() * _UID_SLOTS + slot  # a live pid is unique on the host
+            yield _UID_BASE + _uid_block() * _UID_SLOTS + slot
         finally:
             with self._cond:
                 self._free.append(slot)
                 self._cond.notify()
+
+
+def _uid_block() -> int:
+    """This process's block of uids: distinct for live processes of one pid namespace, and
+    shifted per namespace, so containers sharing a kernel's uids rarely meet."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return (os.getpid() + namespace * 2654435761) % _UID_BLOCKS
 
 
 _POOL = _UidPool()
@@ -264,9 +278,9 @@ def _pump(proc: subprocess.Popen[bytes], payload: bytes, out: _Tail, err: _Tail,
                     continue
                 try:
                     sent += os.write(key.fd, payload[sent: sent + 65536])
-                except (BrokenPipeError, BlockingIOError) as exc:
-                    if isinstance(exc, BlockingIOError):
-                        continue
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:  # the child stopped reading; its output says why
                     sent = len(payload)
                 if sent >= len(payload):
                     sel.unregister(key.fd)
@@ -337,7 +351,9 @@ def run_program(source: str, *, timeout_s: float = 5.0, cpu_s: float | None = No
                            returncode=returncode, seconds=time.monotonic() - start)
 
 
-def check_function(program: str, tests: Sequence[str], **limits: float) -> ExecutionResult:
-    """Run `program` followed by the assert lines in `tests`; passes only if every assert ran."""
+def check_function(program: str, tests: Sequence[str], **limits: Any) -> ExecutionResult:
+    """Run `program` followed by the assert lines in `tests`; passes only if every assert ran.
+
+    `limits` are `run_program`'s keyword arguments."""
     source = program.rstrip() + "\n\n\n" + "\n".join(tests) + "\n"
-    return run_program(source, **limits)  # type: ignore[arg-type]
+    return run_program(source, **limits)

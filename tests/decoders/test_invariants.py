@@ -30,7 +30,11 @@ def _engine(script=None, shift=0):
 
 
 DECODERS = [("default", {}), ("confidence", {"tau": "0.9"}), ("confidence", {"tau": "0.3"}),
-            ("confidence", {"factor": "1.0"})]
+            ("confidence", {"factor": "1.0"}),
+            ("klass", {}), ("klass", {"tau": "0.2", "kappa": "50.0", "H": "1"}),
+            ("eb_sampler", {}), ("eb_sampler", {"gamma": "3.0"}),
+            ("wino", {}), ("wino", {"tau1": "0.2", "tau2": "0.95"}),
+            ("lopa", {}), ("lopa", {"tau": "0.5", "branches": "3"})]
 
 
 @pytest.mark.parametrize("shift", [0, 1])
@@ -44,11 +48,12 @@ def test_invariants(name, settings, cache, shift):
     assert MASK not in out.tokens  # every block ends unmasked, the mask id is never committed
     assert out.nfe == model.calls  # NFE counts exactly the forwards run
     steps = [e for e in events if e["phase"] == "step"]
-    for e in steps:  # commits only inside the current block, at least one per step
-        assert e["committed"], e
-        for p, t in e["committed"]:
+    for e in steps:  # commits (and remasks) only inside the current block, at least one net commit per step
+        assert len(e["committed"]) - len(e.get("remasked", [])) >= 1, e
+        for p in [p for p, _ in e["committed"]] + e.get("remasked", []):
             assert 4 * e["block"] <= p < 4 * (e["block"] + 1)
     # no forward once a block is complete: exactly one forward per step except each block's last
+    # (remasking decoders too: a WINO step's verification rides on that step's single forward)
     assert out.nfe == 3 + sum(1 for e in steps if e["forward"] is not None)
     assert sum(e["forward"] is None for e in steps) == 3
     again = _engine(shift=shift)[0].generate([PROMPTS[0]], build(name, settings), cfg)[0]
@@ -135,4 +140,4 @@ def test_stop_at_eos():
 
 
 def test_registry_lists_decoders():
-    assert names()[:2] == ["default", "confidence"]
+    assert names() == ["default", "confidence", "klass", "eb_sampler", "wino", "lopa", "rps"]

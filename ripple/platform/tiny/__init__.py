@@ -1,0 +1,1 @@
+"""The tiny embedded model: its tokenizer and its CPU training recipe."""
