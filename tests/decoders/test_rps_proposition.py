@@ -50,4 +50,4 @@ def test_entropy_certified_lower_bound_on_next_step_commits():
             assert bool((count >= bound).all()), (tau, count.tolist(), bound.tolist())
             checked += len(bound)
             tight += int((bound > 0).sum())
-    assert tight > 0.1 * checked  # the bound is not vacuous on these distributions
+    assert tight >= 50, (tight, checked)  # the bound is not vacuous on these distributions

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ripple.cli import main
-from ripple.decoders import build, names
+from ripple.decoders import build, get, names
 from ripple.platform.engine import GenerationConfig
 from ripple.platform.evaluate import evaluate_cell
 from ripple.platform.loading import EMBEDDED, load_model
@@ -92,6 +92,7 @@ def test_every_decoder_runs_through_eval_and_generate_on_ripple_tiny(capsys, cac
         out = json.loads(capsys.readouterr().out)
         assert out["n"] == 2 and 0 < out["mean_nfe"] <= 48, name
         assert main(["generate", "--model", "ripple-tiny", "--prompt", "Write a function f(x) that returns x plus 3.\n",
-                     "--decoder", name, "--gen-length", "32", "--block-length", "16", "--cache", cache, "--json"]) == 0
+                     "--decoder", name, "--gen-length", "48", "--block-length", "16", "--cache", cache, "--json"]) == 0
         gen = json.loads(capsys.readouterr().out)
-        assert gen["text"].startswith("def ") and "<|mask|>" not in gen["text"], (name, gen["text"])
+        assert len(gen["tokens"]) == 48 and 3 not in gen["tokens"], name  # 3: ripple-tiny's mask id
+        assert gen["nfe"] <= 48 and (gen["lookahead_nfe"] > 0) == get(name).uses_lookahead
