@@ -132,10 +132,7 @@ class Scheduler(ABC):
         """Decide this step's commits from `state.logits` (at least one while masks remain)."""
 
     def resolve(self, state: BlockState, plan: Plan, look: Lookahead) -> Resolution:
-        raise NotImplementedError(f"{self.name} does not request lookahead forwards")
-
-    def describe(self) -> dict[str, Any]:
-        return {"decoder": self.name, **self.params.to_dict()}
+        raise RuntimeError(f"decoder {self.name!r} planned a lookahead but does not resolve one")
 
 
 def greedy(state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
