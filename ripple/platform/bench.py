@@ -64,9 +64,9 @@ def run(seq: int = 256, block: int = 32, variants: int = 10, d_model: int = 512,
     results: dict = {"machine": machine(), "config": {"d_model": d_model, "layers": layers, "vocab": vocab,
                      "seq": seq, "block": block, "variants": variants, "dtype": dtype, "reps": reps}}
     with torch.inference_mode():
-        _, kv = engine.forward_full(canvas, positions, pad, 1, rows, True)
+        _, kv = engine.forward_full(canvas, positions, pad, rows, True)
         results["block_opening_ms"] = _median_ms(
-            lambda: engine.forward_full(canvas, positions, pad, 1, rows, True), dev, reps)
+            lambda: engine.forward_full(canvas, positions, pad, rows, True), dev, reps)
         var = canvas[:, lo:hi][:, None].repeat(1, variants, 1)  # [1, m, L]
         var[0, :, block // 2] = torch.arange(variants, device=dev)
         for cache, (w0, w1) in {"none": (0, seq), "prefix": (lo, seq), "dual": (lo, hi)}.items():

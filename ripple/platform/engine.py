@@ -112,7 +112,7 @@ class Engine:
         return run.execute()
 
     # ------------------------------------------------------------------ forwards
-    def forward_full(self, canvas, positions, pad, rows_n, logits_rows, store_kv):
+    def forward_full(self, canvas, positions, pad, logits_rows, store_kv):
         """Whole canvas, fresh: [B, N] -> logits [B, R, V] (and the KV cache)."""
         mask = None
         if pad.any():
@@ -265,7 +265,7 @@ class _Run:
         idx = torch.tensor(rows, device=e.device)
         sub = lambda t: t if len(rows) == self.B else t[idx]  # noqa: E731
         # block-opening forward: predictions for [bs, be) are read at rows [lo, lo + L)
-        logits, kv = e.forward_full(sub(self.canvas), sub(self.positions), sub(self.pad), len(rows),
+        logits, kv = e.forward_full(sub(self.canvas), sub(self.positions), sub(self.pad),
                                     torch.arange(lo, lo + L, device=e.device), cfg.cache != "none")
         self._count(rows)
         states = {r: BlockState(self.canvas[r, bs:be], logits[i], e.mask_id, blk) for i, r in enumerate(rows)}

@@ -40,7 +40,7 @@ def _run(engine, canvas, positions, pad, bs, cache, variants_block, opening=None
     if cache != "none":
         # block-opening state: the block fully masked, as when the block started
         opening = canvas.clone() if opening is None else opening
-        _, kv = engine.forward_full(opening, positions, pad, 1, torch.arange(lo, lo + L), True)
+        _, kv = engine.forward_full(opening, positions, pad, torch.arange(lo, lo + L), True)
     Tw, Lw = w1 - w0, hi - lo
     base_rows = torch.arange(lo - w0, lo - w0 + L)
     if variants_block is None:

@@ -34,7 +34,7 @@ def _run(engine, canvas, positions, pad, bs, cache, *, shadow=True, variants=Non
     w0, w1 = {"none": (0, N), "prefix": (lo, N), "dual": (lo, hi)}[cache]
     kv = None
     if cache != "none":  # a cache built on this very canvas: exact, so every policy must agree
-        _, kv = engine.forward_full(canvas, positions, pad, 1, torch.arange(lo, lo + L), True)
+        _, kv = engine.forward_full(canvas, positions, pad, torch.arange(lo, lo + L), True)
     Tw, Lw = w1 - w0, hi - lo
     m = 0 if variants is None else variants.shape[0]
     rows = [torch.arange(lo - w0, lo - w0 + L)]
