@@ -71,6 +71,7 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
 def cmd_generate(args: argparse.Namespace) -> int:
     from .decoders import build
     from .platform.engine import Engine, GenerationConfig
+    from .platform.evaluate import completion_text
     from .platform.loading import load_model
 
     decoder = build(args.decoder, parse_settings(args.set))
@@ -94,7 +95,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     finally:
         if trace_file:
             trace_file.close()
-    text = tok.decode(list(out.tokens[: out.generated_tokens]), skip_special_tokens=True) if tok is not None else None
+    text = completion_text(tok, out) if tok is not None else None
     record = {
         "model": args.model, "decoder": decoder.name, "params": decoder.params.to_dict(),
         "gen_length": config.gen_length, "block_length": config.block_length, "cache": config.cache,

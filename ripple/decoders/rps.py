@@ -53,7 +53,7 @@ class RPS(Scheduler):
         feasible = mu >= prm.tau_pivot
         if not bool(feasible.any()):
             return Plan(commit, info={**info, "pivot": None, "why": "no position reaches tau_pivot"})
-        h_trunc = -torch.special.xlogy(top_p, top_p).sum(-1)  # [|M|]
+        h_trunc = entropy(top_p)  # [|M|] entropy over the truncated support
         h_trunc = torch.where(feasible, h_trunc, torch.full_like(h_trunc, float("-inf")))
         j = int(torch.argmax(h_trunc))  # d. first maximum: lowest position on ties
         pivot = int(M[j])

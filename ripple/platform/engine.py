@@ -76,6 +76,12 @@ class SampleOutput:
         return self.gen_length / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
+def padding_mask(pad: torch.Tensor) -> torch.Tensor:
+    """[B, N] left-padding flags -> [B, 1, N, N] visibility: nobody sees pads, pads see all
+    (so no pad row is all -inf, whose NaNs would reach real rows through the values)."""
+    return (~pad)[:, None, None, :] | pad[:, None, :, None]
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -114,10 +120,7 @@ class Engine:
     # ------------------------------------------------------------------ forwards
     def forward_full(self, canvas, positions, pad, logits_rows, store_kv):
         """Whole canvas, fresh: [B, N] -> logits [B, R, V] (and the KV cache)."""
-        mask = None
-        if pad.any():
-            key_ok = ~pad  # [B, N]
-            mask = key_ok[:, None, None, :] | pad[:, None, :, None]  # pad queries see everything
+        mask = padding_mask(pad) if pad.any() else None
         out = self.model(canvas, positions, attn_mask=mask, return_kv=store_kv, logits_rows=logits_rows)
         return out.logits, out.kv
 
@@ -255,6 +258,13 @@ class _Run:
         seg = self.canvas[r, self.P:upto]
         return any(bool((seg == t).any()) for t in self.e.eos_ids)
 
+    def _rows(self, rows: list[int]):
+        """Selector of `rows` from a batch tensor (no copy when every row takes part)."""
+        if len(rows) == self.B:
+            return lambda t: t
+        idx = torch.tensor(rows, device=self.e.device)
+        return lambda t: t[idx]
+
     def _decode_block(self, blk: int, rows: list[int]) -> None:
         e, cfg, dec = self.e, self.cfg, self.decoder
         L = cfg.block_length
@@ -262,8 +272,7 @@ class _Run:
         be = bs + L
         lo, hi = bs - e.shift, be
         w0, w1 = {"none": (0, self.N), "prefix": (lo, self.N), "dual": (lo, hi)}[cfg.cache]
-        idx = torch.tensor(rows, device=e.device)
-        sub = lambda t: t if len(rows) == self.B else t[idx]  # noqa: E731
+        sub = self._rows(rows)
         # block-opening forward: predictions for [bs, be) are read at rows [lo, lo + L)
         logits, kv = e.forward_full(sub(self.canvas), sub(self.positions), sub(self.pad),
                                     torch.arange(lo, lo + L, device=e.device), cfg.cache != "none")
@@ -298,8 +307,7 @@ class _Run:
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
         e, L = self.e, self.cfg.block_length
         looks, shadow = kind
-        idx = torch.tensor(group, device=e.device)
-        pick = lambda t: t if len(group) == self.B else t[idx]  # noqa: E731
+        pick = self._rows(group)
         if kv is not None and len(group) != len(rows):
             kv = kv.select(torch.tensor([win.row_pos[r] for r in group], device=e.device))
         Tw, Lw = win.w1 - win.w0, win.hi - win.lo

@@ -66,8 +66,9 @@ class CellResult:
                 "tps": self.tps, "canvas_tps": self.canvas_tps, "decode_seconds": self.decode_seconds}
 
 
-def completion_text(lm: LoadedModel, out: SampleOutput, stop_sequences=()) -> str:
-    text = lm.tokenizer.decode(list(out.tokens[: out.generated_tokens]), skip_special_tokens=True)
+def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
+    """The response up to the first end-of-sequence token, cut at the first stop sequence."""
+    text = tokenizer.decode(list(out.tokens[: out.generated_tokens]), skip_special_tokens=True)
     for stop in stop_sequences:
         cut = text.find(stop)
         if cut >= 0:
@@ -95,7 +96,7 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
         for ex in bar:
             ids = lm.tokenizer(ex.prompt, add_special_tokens=False)["input_ids"]
             out = engine.generate([ids], decoder, config)[0]
-            text = completion_text(lm, out, task.stop_sequences)
+            text = completion_text(lm.tokenizer, out, task.stop_sequences)
             pending.append((ex, ids, out, text, pool.submit(task.score, ex, text)))
         for ex, ids, out, text, fut in pending:
             score = fut.result()

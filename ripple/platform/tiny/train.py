@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import RippleError
+from ..engine import padding_mask
 from ..models import DiffusionTransformer, TransformerConfig
 from ..models.llada import checkpoint_config, checkpoint_key
 
@@ -85,9 +86,7 @@ class Batcher:
         p_mask = (1 - EPS) * t + EPS  # [B, 1]
         masked = torch.rand(B, R, generator=gen) < p_mask  # [B, R]
         tokens[:, P:] = torch.where(masked, torch.full_like(target, self.mask_id), target)
-        attn = None
-        if pad.any():
-            attn = (~pad)[:, None, None, :] | pad[:, None, :, None]  # [B, 1, T, T]
+        attn = padding_mask(pad) if pad.any() else None  # [B, 1, T, T], as the engine masks a batch
         return tokens, positions, attn, target, masked, p_mask.expand(B, R), P
 
 
