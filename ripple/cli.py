@@ -82,6 +82,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if ids is None:
         if tok is None:
             raise RippleError(f"model {args.model!r} has no tokenizer files; pass --input-ids instead of --prompt")
+        from .tasks.prompting import encode_prompt
+
         ids = encode_prompt(tok, args.prompt, chat=args.chat)
     elif args.chat:
         raise RippleError("--chat applies to --prompt text, not to --input-ids")
@@ -152,6 +154,17 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
     for key, value in overrides.items():
         if value <= 0 and key != "seed":
             raise RippleError(f"--{key.replace('_', '-')} must be positive, got {value}")
+    if args.mix is not None:
+        try:
+            overrides["mix"] = tuple(int(x) for x in args.mix.split(","))
+        except ValueError:
+            raise RippleError(f"--mix takes comma-separated positive integers, got {args.mix!r}") from None
+    if args.threads is not None:
+        if args.threads <= 0:
+            raise RippleError(f"--threads must be positive, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
     cfg = PRESETS[args.preset](args.out, **overrides)
     summary = train(cfg, resume=not args.no_resume)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
@@ -162,17 +175,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .platform.demo import run_demo
 
     return run_demo(args.model, limit=args.limit, cache=args.cache)
-
-
-def encode_prompt(tokenizer, text: str, chat: bool = False) -> list[int]:
-    """Tokenise a prompt; with `chat`, through the model's chat template (one user turn)."""
-    if chat:
-        if not getattr(tokenizer, "chat_template", None):
-            raise RippleError("--chat given but this tokenizer has no chat template")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
-    bos = getattr(tokenizer, "bos_token", None)
-    add_special = not (bos and text.startswith(bos))
-    return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--seed", type=int, default=None)
     t.add_argument("--preset", default="tiny", help="model size preset: tiny (the shipped model) or micro (tests)")
+    t.add_argument("--mix", default=None, metavar="A,B", help="examples of arith,pyfunc per cycle of the data stream")
+    t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     t.add_argument("--no-resume", action="store_true", help="start over even if a checkpoint exists")
     t.set_defaults(func=cmd_train_tiny)
 

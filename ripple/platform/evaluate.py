@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..decoders import Scheduler
+from ..tasks.prompting import encode_prompt
 from .engine import Engine, GenerationConfig, SampleOutput
 from .loading import LoadedModel
 
@@ -76,9 +77,24 @@ def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
     return text
 
 
+def run_sample(engine: Engine, tokenizer, task, example, decoder: Scheduler, config: GenerationConfig,
+               chat: bool = False) -> tuple[list[int], SampleOutput, str]:
+    """Decode one example: (prompt ids, engine output, completion text cut at the task's stops)."""
+    ids = encode_prompt(tokenizer, example.prompt, chat=chat)
+    out = engine.generate([ids], decoder, config)[0]
+    return ids, out, completion_text(tokenizer, out, task.stop_sequences)
+
+
+def sample_result(example, ids: list[int], out: SampleOutput, text: str, score) -> SampleResult:
+    """The record of one decoded and scored example."""
+    return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
+                        out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps)
+
+
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
-                  limit: int | None = None, split: str = "test", progress: bool = True,
+                  limit: int | None = None, split: str = "test", progress: bool = True, chat: bool = False,
                   on_sample: Callable[[SampleResult], None] | None = None) -> CellResult:
+    """Decode and score the first `limit` examples of `task`, one at a time, in order."""
     from tqdm import tqdm
 
     from ..errors import RippleError
@@ -94,14 +110,10 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
         pending = []
         bar = tqdm(examples, disable=not progress, desc=f"{task.name}/{decoder.name}", unit="sample", leave=False)
         for ex in bar:
-            ids = lm.tokenizer(ex.prompt, add_special_tokens=False)["input_ids"]
-            out = engine.generate([ids], decoder, config)[0]
-            text = completion_text(lm.tokenizer, out, task.stop_sequences)
+            ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat)
             pending.append((ex, ids, out, text, pool.submit(task.score, ex, text)))
         for ex, ids, out, text, fut in pending:
-            score = fut.result()
-            res = SampleResult(ex.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
-                               out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps)
+            res = sample_result(ex, ids, out, text, fut.result())
             results.append(res)
             if on_sample:
                 on_sample(res)

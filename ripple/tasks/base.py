@@ -40,6 +40,7 @@ class Task(ABC):
     name: ClassVar[str]
     metric: ClassVar[str]  # what `Score.correct` averages to, e.g. "exact_match", "pass@1"
     stop_sequences: ClassVar[tuple[str, ...]]  # generation is cut at the first of these
+    uses_data: ClassVar[bool] = False  # True: the constructor takes `data_dir` (a local copy of the dataset)
 
     @abstractmethod
     def examples(self, split: str = "test", limit: int | None = None) -> list[Example]:
@@ -72,12 +73,21 @@ def task_names() -> list[str]:
     return sorted(_TASKS)
 
 
-def get_task(name: str, **options: Any) -> Task:
-    """A new instance of the task registered as `name`; `options` go to its constructor."""
+def task_class(name: str) -> type[Task]:
+    """The class registered as `name`, or a one-line error listing the registered names."""
     try:
-        cls = _TASKS[name]
+        return _TASKS[name]
     except KeyError:
         close = difflib.get_close_matches(name, task_names(), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise RippleError(f"unknown task {name!r}{hint}; registered: {', '.join(task_names())}") from None
+
+
+def get_task(name: str, **options: Any) -> Task:
+    """A new instance of the task registered as `name`; `options` go to its constructor.
+
+    Options that are None are dropped, and so is `data_dir` for tasks that read no
+    dataset, so one set of options (e.g. a grid's) fits every task."""
+    cls = task_class(name)
+    options = {k: v for k, v in options.items() if v is not None and (k != "data_dir" or cls.uses_data)}
     return cls(**options)

@@ -6,7 +6,7 @@ import pytest
 
 from ripple.errors import RippleError
 from ripple.tasks import get_task
-from ripple.tasks.arith import Arith
+from ripple.tasks.arith import MAX_VALUE, Arith
 
 LINE = re.compile(r"^(\d+)([+\-*])(\d+)=(\d+)$")
 
@@ -67,7 +67,7 @@ def test_references_are_valid_arithmetic_in_gsm8k_form(train, test_split):
             a, b, c = int(a), int(b), int(c)
             assert value is None or a == value  # each step continues from the last result
             assert c == {"+": a + b, "-": a - b, "*": a * b}[op]
-            assert 0 <= c <= 99
+            assert 0 <= c <= MAX_VALUE
             value = c
         assert final == f"#### {value}" and ex.answer == str(value)
 

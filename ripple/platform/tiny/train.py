@@ -44,24 +44,37 @@ class TrainConfig:
     max_positions: int = 512
     vocab_size: int = 512  # tokenizer's BPE target size
     tasks: tuple[str, ...] = ("arith", "pyfunc")
+    mix: tuple[int, ...] = (1, 1)  # examples of each task per cycle of the stream
     seed: int = 0
     checkpoint_every: int = 200
     log_every: int = 10
 
 
 class Batcher:
-    """Deterministic batches: example k of the stream comes from task k % len(tasks)."""
+    """Deterministic batches: the stream cycles through the tasks, `mix[i]` examples of task i
+    per cycle, and each task reads its own train split in order, so example k is a pure
+    function of k (what exact resume relies on)."""
 
     def __init__(self, cfg: TrainConfig, tokenizer, mask_id: int, eos_id: int, pad_id: int):
         from ...tasks import get_task
 
+        if len(cfg.mix) != len(cfg.tasks) or min(cfg.mix) < 1:
+            raise RippleError(f"mix {cfg.mix} must give a positive count for each of the tasks {cfg.tasks}")
         self.cfg, self.tok = cfg, tokenizer
         self.tasks = [get_task(t) for t in cfg.tasks]
+        self.cycle = [i for i, m in enumerate(cfg.mix) for _ in range(m)]  # task of each slot
         self.mask_id, self.eos_id, self.pad_id = mask_id, eos_id, pad_id
 
+    def source(self, k: int) -> tuple[int, int]:
+        """(task number, index in that task's train split) of stream example k."""
+        L, slot = len(self.cycle), k % len(self.cycle)
+        t = self.cycle[slot]
+        return t, (k // L) * self.cfg.mix[t] + self.cycle[:slot].count(t)
+
     def pair(self, k: int) -> tuple[list[int], list[int]]:
-        task = self.tasks[k % len(self.tasks)]
-        ex = task.example("train", k // len(self.tasks))
+        t, i = self.source(k)
+        task = self.tasks[t]
+        ex = task.example("train", i)
         prompt = self.tok(ex.prompt, add_special_tokens=False)["input_ids"]
         resp = self.tok(ex.reference, add_special_tokens=False)["input_ids"]
         R = self.cfg.response_length
@@ -203,7 +216,10 @@ def _init(model: DiffusionTransformer, seed: int) -> None:
 
 
 def _tiny(out: str, **kw) -> TrainConfig:
-    return TrainConfig(out=out, **kw)
+    """The shipped model's recipe (model card): ~1.5M parameters, arith twice as often as pyfunc."""
+    base = dict(steps=8000, lr=3e-3, d_model=128, n_layers=4, n_heads=2, mlp_hidden=352, mix=(2, 1))
+    base.update(kw)
+    return TrainConfig(out=out, **base)
 
 
 def _micro(out: str, **kw) -> TrainConfig:
