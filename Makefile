@@ -16,8 +16,9 @@ SHARED ?= ../shared
 test: .venv/.ready
 	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q
 
+# demo.yaml through the grid path (Ray workers, result store in ./results, MLflow: `ripple ui`)
 demo: .venv/.ready
-	$(PY) -m ripple.cli demo
+	$(PY) -m ripple.cli grid demo --fresh
 
 bench: .venv/.ready
 	$(PY) -m ripple.platform.bench

@@ -21,7 +21,22 @@ class _Parser(argparse.ArgumentParser):
 _EPILOG = {
     "eval": """examples:
   ripple eval --model ripple-tiny --task arith --decoder confidence --set tau=0.9 --limit 200
-  ripple eval --model ripple-tiny --task pyfunc --decoder default --gen-length 48 --block-length 16 --json""",
+  ripple eval --model ripple-tiny --task pyfunc --decoder default --gen-length 48 --block-length 16 --json
+  ripple eval --model GSAI-ML/LLaDA-8B-Instruct --task gsm8k --chat --decoder rps --gen-length 256 \\
+      --block-length 32 --limit 100                   # dataset from the hub, or --data-dir ../shared/data""",
+    "tasks": """examples:
+  ripple tasks list
+  ripple tasks verify humaneval --data-dir ../shared/data
+  ripple tasks verify gsm8k --json                    # dataset from the hub or $RIPPLE_DATA_DIR""",
+    "grid": """examples:
+  ripple grid demo                                     # a shipped spec by name, Ray in-process
+  ripple grid my-grid.yaml --experiment try1 --limit 5 --store results
+  ripple grid paper-table1 --dry-run                   # validate and count cells, run nothing
+  ray job submit --working-dir . -- ripple grid paper-table1 --store ~/ripple-results   # on a cluster""",
+
+    "ui": """examples:
+  ripple ui                                            # MLflow UI on http://127.0.0.1:5000 for ./results
+  ripple ui --store ~/ripple-results --port 5001""",
     "train-tiny": """examples:
   ripple train-tiny --out runs/ripple-tiny            # the shipped model's recipe (resumes if interrupted)
   ripple train-tiny --out /tmp/micro --preset micro --steps 20""",
@@ -30,6 +45,15 @@ _EPILOG = {
       --gen-length 32 --block-length 8 --cache prefix --json
   ripple generate --model GSAI-ML/LLaDA-8B-Instruct --prompt "What is 7*8?" --chat --decoder default \\
       --gen-length 256 --block-length 32 --dtype bfloat16 --device cuda""",
+    "report": """examples:
+  ripple report demo                                   # ./results/demo/report/{report.md,report.html,*.png}
+  ripple report sweep-lambda --store ~/ripple-results --out reports/lambda
+  ripple report demo --no-tracking                     # do not log the folder to MLflow""",
+    "analyze": """examples:
+  ripple analyze --model ripple-tiny --task arith --limit 20      # runs/analyze/ripple-tiny-arith/
+  ripple analyze --model ripple-tiny --task pyfunc --oracle reference --out docs/figures/pyfunc
+  ripple analyze --model GSAI-ML/LLaDA-8B-Instruct --task gsm8k --chat --gen-length 256 \\
+      --block-length 32 --limit 50 --dtype bfloat16 --device cuda""",
 }
 
 
@@ -123,14 +147,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos)
-    task = get_task(args.task)
     if args.limit is not None and args.limit < 1:
         raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
+    task = get_task(args.task, data_dir=args.data_dir)
+    task.examples("test", 1)  # read the data now: a missing dataset fails before the model loads
     lm = load_model(args.model, dtype=args.dtype, device=args.device)
     sink = open(args.samples_out, "w") if args.samples_out else None
     try:
         write = (lambda r: (sink.write(json.dumps(r.__dict__) + "\n"), sink.flush())) if sink else None
-        cell = evaluate_cell(lm, task, decoder, config, limit=args.limit, progress=not args.json, on_sample=write)
+        cell = evaluate_cell(lm, task, decoder, config, limit=args.limit, progress=not args.json, chat=args.chat,
+                             on_sample=write)
     finally:
         if sink:
             sink.close()
@@ -141,6 +167,46 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"{task.name} | {decoder.name} {decoder.params.to_dict()} | cache {config.cache} | n {cell.n}")
         print(f"accuracy {cell.accuracy:.1f}% | mean NFE {cell.mean_nfe:.2f} | TPS {cell.tps:.1f} "
               f"(canvas TPS {cell.canvas_tps:.1f})")
+    return 0
+
+
+def cmd_tasks_list(args: argparse.Namespace) -> int:
+    from .tasks import task_class, task_names
+
+    rows = []
+    for name in task_names():
+        cls = task_class(name)
+        source = ", ".join(getattr(cls, "hub_ids", ())) or "generated (synthetic)"
+        rows.append({"task": name, "metric": cls.metric, "source": source,
+                     "doc": (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]})
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    width = max(len(r["task"]) for r in rows)
+    for r in rows:
+        print(f"{r['task']:<{width}}  {r['metric']:<12} {r['source']}")
+    return 0
+
+
+def cmd_tasks_verify(args: argparse.Namespace) -> int:
+    from .tasks import get_task
+    from .tasks.verify import verify_task
+
+    if args.limit is not None and args.limit < 1:
+        raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
+    if args.workers is not None and args.workers < 1:
+        raise RippleError(f"--workers must be positive, got {args.workers}")
+    report = verify_task(get_task(args.name, data_dir=args.data_dir), limit=args.limit, workers=args.workers,
+                         progress=not args.json)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+        return 0
+    print(f"{report.task}: n {report.n} | gold accuracy {report.gold_accuracy:.1f}% | "
+          f"wrong accuracy {report.wrong_accuracy:.1f}% | {report.seconds:.1f}s")
+    for failure in report.gold_failures:
+        print(f"  gold failure {failure.id}: {failure.reason}")
+    for sample_id in report.wrong_passes:
+        print(f"  wrong completion passed: {sample_id}")
     return 0
 
 
@@ -177,6 +243,64 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.model, limit=args.limit, cache=args.cache)
 
 
+def cmd_grid(args: argparse.Namespace) -> int:
+    from .platform.grid import default_store, format_table, load_spec, run_grid, summary_json
+
+    spec = load_spec(args.spec).with_limit(args.limit).with_data_dir(args.data_dir)
+    if args.workers is not None and args.workers < 1:
+        raise RippleError(f"--workers must be positive, got {args.workers}")
+    if args.dry_run:
+        print(summary_json(spec) if args.json else spec.describe())
+        return 0
+    run = run_grid(spec, args.store or default_store(), experiment=args.experiment, tracking_uri=args.tracking_uri,
+                   track=not args.no_tracking, fresh=args.fresh, progress=not args.json, workers=args.workers)
+    print(summary_json(spec, run) if args.json else format_table(run))
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    import os
+
+    from .platform.grid import default_store
+    from .platform.tracking import ui_command
+
+    cmd, env = ui_command(args.store or default_store(), args.tracking_uri, args.port)
+    print(f"MLflow UI on http://127.0.0.1:{args.port} ({cmd[cmd.index('--backend-store-uri') + 1]}); Ctrl-C stops it",
+          file=sys.stderr)
+    os.execvpe(cmd[0], cmd, env)  # the server replaces this process, so stopping `ripple ui` stops it
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .dashboards.report import build_report
+    from .platform.grid import default_store
+
+    report = build_report(args.store or default_store(), args.experiment, args.out, tracking_uri=args.tracking_uri,
+                          track=not args.no_tracking)
+    where = f"; logged to MLflow run {report.mlflow_run_id}" if report.mlflow_run_id else ""
+    print(f"report of {report.experiment}: {report.out_dir / 'report.html'} ({report.cells.height} cells, "
+          f"{len(report.figures)} figures){where}")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .dashboards.analyze import run_analysis
+
+    result = run_analysis(args.model, args.task, limit=args.limit, out_dir=args.out, gen_length=args.gen_length,
+                          block_length=args.block_length, oracle=args.oracle, chat=args.chat, data_dir=args.data_dir,
+                          dtype=args.dtype, device=args.device, batch_size=args.batch_size, progress=not args.json)
+    s = result.summary
+    if args.json:
+        print(json.dumps({**{k: v for k, v in s.items() if k != "curve"}, "out": str(result.out_dir)}))
+        return 0
+    mid = s["mid_entropy_not_top1_fraction"]
+    print(f"{s['points']} points from {s['states']} block states of {s['examples']} examples; mean reduction by "
+          f"entropy tercile (low/mid/high): "
+          + " / ".join(f"{s['terciles'][t]['mean_reduction']:.4f}" for t in ("low", "mid", "high"))
+          + f" nats; mid-entropy oracle not top-1: {mid:.3f}")
+    print(f"figure {result.figure}; summary {result.out_dir / 'summary.md'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ripple", description="Benchmark and sweep parallel decoders of diffusion LMs.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
@@ -200,6 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--task", required=True, help="task name (see `ripple tasks list`)")
     add_decode_args(e, gen_default=48, block_default=16)
     e.add_argument("--limit", type=int, default=None, help="evaluate the first N test examples")
+    e.add_argument("--data-dir", default=None, help="local benchmark data laid out like ../shared/data "
+                   "(default: $RIPPLE_DATA_DIR, else the Hugging Face hub)")
+    e.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template "
+                   "(lm-eval's --apply_chat_template)")
     e.add_argument("--samples-out", metavar="FILE", help="also write one JSON line per sample")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
@@ -216,6 +344,73 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     t.add_argument("--no-resume", action="store_true", help="start over even if a checkpoint exists")
     t.set_defaults(func=cmd_train_tiny)
+
+    k = sub.add_parser("tasks", help="list tasks, or check a benchmark's scoring on its reference solutions",
+                       epilog=_EPILOG["tasks"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ksub = k.add_subparsers(dest="tasks_command", parser_class=_Parser, metavar="ACTION", required=True)
+    kl = ksub.add_parser("list", help="every registered task with its metric and data source")
+    kl.add_argument("--json", action="store_true")
+    kl.set_defaults(func=cmd_tasks_list)
+    kv = ksub.add_parser("verify", help="score every reference solution and a wrong completion per example")
+    kv.add_argument("name", help="benchmark: gsm8k, math500, humaneval, mbpp")
+    kv.add_argument("--data-dir", default=None, help="local data laid out like ../shared/data")
+    kv.add_argument("--limit", type=int, default=None, help="only the first N test examples")
+    kv.add_argument("--workers", type=int, default=None, help="sandbox runs in parallel (default: cores, min 2)")
+    kv.add_argument("--json", action="store_true", help="print one JSON object")
+    kv.set_defaults(func=cmd_tasks_verify)
+
+    r = sub.add_parser("grid", help="run a grid spec on Ray workers into the result store and MLflow",
+                       epilog=_EPILOG["grid"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("spec", help="grid spec YAML, or a shipped spec name: demo, paper-table1, length-robustness, kv-cache")
+    r.add_argument("--experiment", default=None, help="experiment name (default: the spec's `experiment`)")
+    r.add_argument("--store", default=None, help="result store directory (default: $RIPPLE_STORE, else ./results; "
+                   "~/ripple-results inside a submitted Ray job)")
+    r.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")
+    r.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    r.add_argument("--limit", type=int, default=None, help="at most N samples per cell")
+    r.add_argument("--workers", type=int, default=None, help="number of workers (default: one per GPU, else per "
+                   "`workers.cpus` CPUs)")
+    r.add_argument("--data-dir", default=None, help="local benchmark data (default: the spec's, $RIPPLE_DATA_DIR, hub)")
+    r.add_argument("--fresh", action="store_true", help="forget this experiment's stored samples and recompute them")
+    r.add_argument("--dry-run", action="store_true", help="validate the spec and print the plan; run nothing")
+    r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    r.set_defaults(func=cmd_grid)
+
+
+    u = sub.add_parser("ui", help="open the MLflow UI on a grid store (localhost only)", epilog=_EPILOG["ui"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    u.add_argument("--store", default=None, help="result store directory (default: as for `ripple grid`)")
+    u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///STORE/mlflow.db)")
+    u.add_argument("--port", type=int, default=5000)
+    u.set_defaults(func=cmd_ui)
+
+    rp = sub.add_parser("report", help="tables, Pareto and speedup plots of an experiment (Markdown + HTML)",
+                        epilog=_EPILOG["report"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    rp.add_argument("experiment", help="experiment name in the result store")
+    rp.add_argument("--store", default=None, help="result store directory (default: as for `ripple grid`)")
+    rp.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///STORE/mlflow.db)")
+    rp.add_argument("--out", default=None, help="report folder (default: STORE/EXPERIMENT/report)")
+    rp.add_argument("--no-tracking", action="store_true", help="neither read nor log MLflow")
+    rp.set_defaults(func=cmd_report)
+
+    an = sub.add_parser("analyze", help="the ripple-effect analysis (RPS paper, Figure 1)",
+                        epilog=_EPILOG["analyze"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    an.add_argument("--model", required=True, help="checkpoint directory, hub id, or embedded name (ripple-tiny)")
+    an.add_argument("--task", required=True, help="task name (see `ripple tasks list`)")
+    an.add_argument("--limit", type=int, default=20, help="first N test examples (default 20)")
+    an.add_argument("--out", default=None, help="output folder (default: runs/analyze/MODEL-TASK)")
+    an.add_argument("--gen-length", type=int, default=48)
+    an.add_argument("--block-length", type=int, default=16)
+    an.add_argument("--oracle", choices=("default", "reference"), default="default",
+                    help="oracle tokens: the default decoder's output, or the reference completion where it fits")
+    an.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template")
+    an.add_argument("--data-dir", default=None, help="local benchmark data (default: $RIPPLE_DATA_DIR, else the hub)")
+    an.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    an.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    an.add_argument("--batch-size", type=int, default=32, help="rows per forward when probing a block state")
+    an.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    an.set_defaults(func=cmd_analyze)
 
     d = sub.add_parser("demo", help="every decoder on ripple-tiny's two tasks, one comparison table")
     d.add_argument("--model", default="ripple-tiny")

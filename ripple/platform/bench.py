@@ -2,7 +2,9 @@
 
 Reports medians of repeated runs in one process: the forward at canvas length 256 under
 each cache policy, and the packed lookahead (m variants of a 32-token block) relative to
-a normal forward of the same policy. A measurement, not a test.
+a normal forward of the same policy. Then the grid platform's overhead: the demo grid
+through Ray local mode against the same samples decoded in one process. A measurement,
+not a test.
 """
 from __future__ import annotations
 
@@ -83,16 +85,71 @@ def run(seq: int = 256, block: int = 32, variants: int = 10, d_model: int = 512,
     return results
 
 
+def grid_overhead(limit: int = 5) -> dict:
+    """The demo grid (`limit` samples per cell) decoded three ways: in this process by one
+    `SampleWorker` with every core, through Ray local mode with one worker owning every core
+    (same resources: the platform's own overhead), and with the default pool (one worker per core)."""
+    import tempfile
+    from dataclasses import replace
+
+    from .demo import demo_spec
+    from .grid import plan, run_grid
+    from .workers import SampleWorker
+
+    spec = demo_spec(limit=limit)
+    cores = os.cpu_count() or 1
+    items = plan(spec)
+    t0 = time.perf_counter()
+    worker = SampleWorker(spec.cells[0].model, dtype=spec.cells[0].dtype, threads=cores)
+    t1 = time.perf_counter()
+    records = [worker.run(item) for item in items]
+    t2 = time.perf_counter()
+    rows = [{"setup": "one process (no Ray)", "workers": 1, "startup_s": t1 - t0, "samples_s": t2 - t1,
+             "total_s": t2 - t0, "decode_s": sum(r.decode_seconds or 0.0 for r in records)}]
+    shapes = [(f"Ray local, 1 worker x {cores} CPUs", replace(spec.workers, count=1, cpus=cores)),
+              (f"Ray local, {cores} workers x 1 CPU", replace(spec.workers, count=None, cpus=1))]
+    for label, shape in shapes:
+        with tempfile.TemporaryDirectory(prefix="ripple-bench-") as store:
+            t0 = time.perf_counter()
+            run = run_grid(replace(spec, workers=shape), store, track=False, progress=False)
+            total = time.perf_counter() - t0
+            frame = run.store.read()
+        rows.append({"setup": label, "workers": len(run.workers), "startup_s": run.startup_seconds,
+                     "samples_s": run.stream_seconds, "total_s": total, "decode_s": frame["decode_seconds"].sum()})
+    for row in rows:
+        row["samples_per_s"] = len(items) / row["samples_s"]
+        row["ratio"] = row["total_s"] / rows[0]["total_s"]
+    same = rows[1]
+    return {"samples": len(items), "limit": limit, "cells": len(spec.cells), "rows": rows,
+            "overhead_ratio": same["total_s"] / rows[0]["total_s"],
+            "steady_overhead_ratio": same["samples_s"] / rows[0]["samples_s"]}
+
+
+def print_grid_overhead(g: dict) -> None:
+    print(f"\ngrid overhead: demo grid, {g['limit']} samples per cell ({g['cells']} cells, {g['samples']} samples), "
+          f"ripple-tiny, batch 1")
+    print(f"{'setup':<30}{'workers':>8}{'startup s':>11}{'samples s':>11}{'total s':>9}{'samples/s':>11}"
+          f"{'decode s':>10}{'vs one process':>16}")
+    for r in g["rows"]:
+        print(f"{r['setup']:<30}{r['workers']:>8}{r['startup_s']:>11.1f}{r['samples_s']:>11.1f}{r['total_s']:>9.1f}"
+              f"{r['samples_per_s']:>11.2f}{r['decode_s']:>10.1f}{r['ratio']:>15.2f}x")
+    print(f"overhead ratio, Ray local mode with the same resources / one process: {g['overhead_ratio']:.2f} end to end "
+          f"(Ray start and model load included), {g['steady_overhead_ratio']:.2f} after start-up")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ripple.platform.bench", description=__doc__)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--grid-limit", type=int, default=5, help="samples per cell of the demo grid overhead run")
+    p.add_argument("--no-grid", action="store_true", help="skip the grid overhead comparison")
     args = p.parse_args(argv)
     r = run(reps=args.reps, device=args.device, dtype=args.dtype)
+    g = None if args.no_grid else grid_overhead(args.grid_limit)
     if args.json:
-        print(json.dumps(r))
+        print(json.dumps({**r, "grid": g}))
         return 0
     c = r["config"]
     print(f"machine: {r['machine']}")
@@ -104,6 +161,8 @@ def main(argv=None) -> int:
     for cache in ("none", "prefix", "dual"):
         x = r[cache]
         print(f"{cache:<8}{x['tokens']:>11}{x['forward_ms']:>12.1f}{x['lookahead_ms']:>14.1f}{x['lookahead_ratio']:>19.2f}")
+    if g is not None:
+        print_grid_overhead(g)
     return 0
 
 

@@ -1,37 +1,27 @@
-"""`make demo`: every registered decoder on the embedded model's two tasks, one table."""
+"""`ripple demo` / `make demo`: the shipped demo grid (every decoder on ripple-tiny's two tasks)
+through the same path as any grid, Ray workers and result store included; one table."""
 from __future__ import annotations
 
-import sys
+import os
+from pathlib import Path
 
-from ..decoders import build, names
-from .engine import GenerationConfig
-from .evaluate import evaluate_cell
-from .loading import load_model
+import yaml
 
-DEMO_TASKS = ("arith", "pyfunc")
-GEN_LENGTH, BLOCK_LENGTH = 48, 16
+from .grid import default_store, format_table, run_grid
+from .spec import GRIDS_DIR, parse_spec
+
+DEMO_SPEC = GRIDS_DIR / "demo.yaml"
 
 
-def run_demo(model: str = "ripple-tiny", limit: int = 50, cache: str = "none") -> int:
-    from ..tasks import get_task
+def demo_spec(model: str = "ripple-tiny", limit: int = 50, cache: str = "none"):
+    """demo.yaml with the model, samples per cell and cache policy replaced."""
+    raw = yaml.safe_load(DEMO_SPEC.read_text())
+    raw.update(models=[model], limit=limit, caches=[cache])
+    return parse_spec(raw, str(DEMO_SPEC))
 
-    lm = load_model(model, dtype="float32", device="auto")
-    config = GenerationConfig(GEN_LENGTH, BLOCK_LENGTH, cache)
-    rows = []
-    for task_name in DEMO_TASKS:
-        task = get_task(task_name)
-        base_tps = None
-        for name in names():
-            cell = evaluate_cell(lm, task, build(name), config, limit=limit)
-            if name == "default":
-                base_tps = cell.tps
-            speedup = cell.tps / base_tps if base_tps else float("nan")
-            rows.append((task_name, name, cell.accuracy, cell.mean_nfe, cell.tps, speedup))
-            print(f"  {task_name:<7} {name:<11} done", file=sys.stderr)
-    print(f"ripple-tiny demo: {limit} test examples per task, gen_length {GEN_LENGTH}, block_length {BLOCK_LENGTH}, "
-          f"cache {cache}, default hyperparameters, device {lm.device}")
-    print(f"| {'task':<7} | {'decoder':<11} | {'accuracy %':>10} | {'mean NFE':>8} | {'TPS':>8} | {'speedup':>7} |")
-    print(f"|{'-' * 9}|{'-' * 13}|{'-' * 12}|{'-' * 10}|{'-' * 10}|{'-' * 9}|")
-    for task_name, name, acc, nfe, tps, sp in rows:
-        print(f"| {task_name:<7} | {name:<11} | {acc:>10.1f} | {nfe:>8.2f} | {tps:>8.1f} | {sp:>6.2f}x |")
+
+def run_demo(model: str = "ripple-tiny", limit: int = 50, cache: str = "none",
+             store: str | os.PathLike | None = None) -> int:
+    run = run_grid(demo_spec(model, limit, cache), Path(store) if store else default_store(), fresh=True)
+    print(format_table(run))
     return 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..decoders import Scheduler
+from ..tasks.base import cut_at_stops
 from ..tasks.prompting import encode_prompt
 from .engine import Engine, GenerationConfig, SampleOutput
 from .loading import LoadedModel
@@ -70,11 +71,7 @@ class CellResult:
 def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
     """The response up to the first end-of-sequence token, cut at the first stop sequence."""
     text = tokenizer.decode(list(out.tokens[: out.generated_tokens]), skip_special_tokens=True)
-    for stop in stop_sequences:
-        cut = text.find(stop)
-        if cut >= 0:
-            text = text[:cut]
-    return text
+    return cut_at_stops(text, tuple(stop_sequences))
 
 
 def run_sample(engine: Engine, tokenizer, task, example, decoder: Scheduler, config: GenerationConfig,

@@ -151,7 +151,9 @@ def _load_weights(model: DiffusionTransformer, files: list[Path], rename, tied: 
                             f"checkpoint {f.name}: tensor {key!r} has shape {tuple(t.shape)}, "
                             f"config.json implies {tuple(wanted[ours].shape)}"
                         )
-                    loaded[ours] = t.to(device=device, dtype=dtype)
+                    # copy=True: on CPU at the file's dtype `.to` would return the memory-mapped
+                    # tensor itself, and replacing the file under a running worker kills it (SIGBUS)
+                    loaded[ours] = t.to(device=device, dtype=dtype, copy=True)
         except (SafetensorError, OSError) as exc:
             raise RippleError(f"checkpoint file {f} is corrupt or unreadable ({exc})") from None
     if tied and "head.weight" not in loaded and "embed.weight" in loaded:

@@ -1,8 +1,10 @@
 """`arith`: short multi-step word problems in GSM8K's answer format, for the tiny model.
 
 Problems are templated and terse so a tiny model with a 48-token response window
-can learn them: every prompt fits in 110 characters, every reference (one `a+b=c`
-line per operation, then `#### N`) in 44. Completions are
+can learn them: every prompt fits in 114 characters, every reference in 48. Steps
+are labelled (a)-(d) in the question and their reasoning lines (`b 9*2=18`) carry the
+same label, so a small model finds step k's operand by content rather than by
+counting commas (unlabelled, a 1.5M-parameter model never learned that: model card). Completions are
 scored by the GSM8K extractor, so the synthetic task and the real benchmark
 share one scoring path.
 """
@@ -18,17 +20,17 @@ from ripple.tasks.synthetic import SyntheticTask
 MAX_VALUE = 30  # every intermediate value stays in 0..30
 MAX_OPERAND = 5  # added or taken away: 1..5
 MAX_START = 12
-# The ranges are small on purpose: a 1.5M-parameter model trained for 45 CPU minutes learns
-# a table of ~330 facts; with values up to 60 and operands up to 9 (~1,100 facts) it learned
-# to chain values from line to line but not the sums themselves (model card).
+# Small on purpose: the embedded model must learn each sum, difference and product as a fact.
 PEOPLE = (("Sam", "He"), ("Tom", "He"), ("Ben", "He"), ("Max", "He"), ("Leo", "He"), ("Dan", "He"),
           ("Ann", "She"), ("Mia", "She"), ("Zoe", "She"), ("Ava", "She"), ("Eve", "She"), ("Amy", "She"))
 OBJECTS = ("pens", "cards", "coins", "books", "eggs", "toys", "cups", "hats", "keys", "rocks")
 ADD = ("buys {n} more", "gets {n} more", "finds {n} more", "wins {n} more")
 SUB = ("gives away {n}", "loses {n}", "sells {n}")
 MUL = {2: "doubles them", 3: "triples them"}
-# Longest prompt: a 3-letter name, a 2-digit count, a 5-letter object and four 13-character
-# steps make at most 107 characters; longest reference: four 8-character lines and "#### 30\n", 44.
+LABELS = "abcd"  # each step and its reasoning line carry the same label: the model finds step k by content
+# Longest prompt: a 3-letter name, a 2-digit count, a 5-letter object and four labelled steps
+# such as "(a) gives away 5" make 114 characters. Longest reference: four lines such as
+# "a 29+1=30\n" and "#### 30\n", 48 characters, 45 tokens of ripple-tiny's BPE (< 48 positions).
 
 
 def _step(rng: random.Random, value: int) -> tuple[str, str, int]:
@@ -56,15 +58,13 @@ class Arith(SyntheticTask):
     def make(self, rng: random.Random) -> Example:
         name, pronoun = rng.choice(PEOPLE)
         things = rng.choice(OBJECTS)
-        value = rng.randint(2, MAX_START)
-        prompt_start = f"Q: {name} has {value} {things}. {pronoun} "
+        start = value = rng.randint(2, MAX_START)
         phrases, lines = [], []
-        for _ in range(rng.randint(2, 4)):
+        for label in LABELS[: rng.randint(2, 4)]:
             phrase, line, value = _step(rng, value)
-            phrases.append(phrase)
-            lines.append(line)
-        steps = ", ".join(phrases[:-1]) + ", then " + phrases[-1]
-        prompt = f"{prompt_start}{steps}. How many now?\nA: "
+            phrases.append(f"({label}) {phrase}")
+            lines.append(f"{label} {line}")
+        prompt = f"Q: {name} has {start} {things}. {pronoun} {', '.join(phrases)}. How many now?\nA: "
         reference = "\n".join(lines) + f"\n#### {value}\n"
         return Example(id="", prompt=prompt, reference=reference, answer=str(value))
 

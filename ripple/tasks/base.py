@@ -51,6 +51,15 @@ class Task(ABC):
         """Judge `completion` (the model's text after the prompt) for `example`."""
 
 
+def cut_at_stops(text: str, stop_sequences: tuple[str, ...]) -> str:
+    """`text` up to the first occurrence of any stop sequence, as generation `until` lists work."""
+    for stop in stop_sequences:
+        cut = text.find(stop)
+        if cut >= 0:
+            text = text[:cut]
+    return text
+
+
 _TASKS: dict[str, type[Task]] = {}
 T = TypeVar("T", bound=type[Task])
 

@@ -11,7 +11,8 @@ program starts:
   processes, the program cannot touch files owned by others, and every process
   it leaves behind can be killed with `kill(-1)` as that uid;
 - a prelude that disables destructive functions (kill, fork, system, remove,
-  rename, Popen, rmtree, ...) and refuses writes outside the working directory.
+  rename, Popen, rmtree, ...) and refuses writes outside the working directory
+  through `open`, `io`, `_io`, `os` and `posix` alike.
 
 Success is not the exit status: the harness prints a per-run random sentinel
 after the last statement, so `exit(0)` or `os._exit(0)` before the asserts fails.
@@ -96,31 +97,51 @@ def _harness():
             raise PermissionError(f"{name} is disabled in the sandbox")
         return refuse
 
-    for module, names in ((os, cfg["os"]), (posix, ("kill", "killpg")), (shutil, cfg["shutil"]),
+    import _io
+    # `posix` is what `os` wraps. Below the prelude the kernel guards what the per-run uid may not
+    # touch (others' files, processes), so `posix` loses only what the uid may still do outside:
+    # create, move or link files in world-writable places such as /tmp, and signal.
+    for module, names in ((os, cfg["os"]), (posix, cfg["posix"]), (shutil, cfg["shutil"]),
                           (subprocess, cfg["subprocess"])):
         for name in names:
             if hasattr(module, name):
                 setattr(module, name, disabled(f"{module.__name__}.{name}"))
     root = os.path.realpath(os.getcwd())
-    real_open, real_os_open, fsdecode, realpath = io.open, os.open, os.fsdecode, os.path.realpath
+    real_open, real_os_open, real_mkdir = io.open, posix.open, posix.mkdir
+    fsdecode, realpath, RealFileIO = os.fsdecode, os.path.realpath, _io.FileIO
 
     def inside(path):
         target = realpath(fsdecode(path))
         return target == root or target.startswith(root + os.sep)
 
+    def refuse_outside(path):
+        if not isinstance(path, int) and not inside(path):
+            raise PermissionError(f"writing outside the sandbox directory is disabled: {path!r}")
+
     def guarded_open(file, mode="r", *args, **kwargs):
-        if not isinstance(file, int) and any(c in mode for c in "wax+") and not inside(file):
-            raise PermissionError(f"writing outside the sandbox directory is disabled: {file!r}")
+        if any(c in mode for c in "wax+"):
+            refuse_outside(file)
         return real_open(file, mode, *args, **kwargs)
 
     def guarded_os_open(path, flags, *args, **kwargs):
-        writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-        if flags & writes and not inside(path):
-            raise PermissionError(f"writing outside the sandbox directory is disabled: {path!r}")
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND):
+            refuse_outside(path)
         return real_os_open(path, flags, *args, **kwargs)
 
-    builtins.open = io.open = guarded_open
-    os.open = guarded_os_open
+    def guarded_mkdir(path, *args, **kwargs):
+        refuse_outside(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    class GuardedFileIO(RealFileIO):
+        def __init__(self, file, mode="r", *args, **kwargs):
+            if any(c in mode for c in "wax+"):
+                refuse_outside(file)
+            super().__init__(file, mode, *args, **kwargs)
+
+    builtins.open = io.open = _io.open = guarded_open
+    io.FileIO = _io.FileIO = GuardedFileIO
+    os.open = posix.open = guarded_os_open
+    os.mkdir = posix.mkdir = guarded_mkdir
     sentinel = cfg["sentinel"].encode()
     write, exit_now, stdout, stderr = os.write, os._exit, sys.stdout, sys.stderr
     linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
@@ -157,8 +178,10 @@ _DISABLED_OS = (
     "rename", "renames", "replace", "truncate", "putenv", "unsetenv", "setsid", "setpgid", "setpgrp",
     "chmod", "fchmod", "lchmod", "chown", "fchown", "lchown", "chroot", "execv", "execve", "execl",
     "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe",
-    "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp",
+    "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "symlink", "link", "mkfifo",
+    "mknod", "utime",
 )
+_DISABLED_POSIX = ("kill", "killpg", "rename", "replace", "symlink", "link", "mkfifo", "mknod")
 _DISABLED_SHUTIL = ("rmtree", "move", "chown")
 _DISABLED_SUBPROCESS = ("Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput")
 
@@ -323,7 +346,7 @@ def run_program(source: str, *, timeout_s: float = 5.0, cpu_s: float | None = No
         config = {
             "sentinel": sentinel, "uid": ident[0] if ident else None, "gid": ident[1] if ident else None,
             "memory": memory_mb * 2**20, "cpu": max(1, cpu), "nproc": max_procs, "fsize": FILE_SIZE_LIMIT,
-            "preload": _PRELOAD, "os": _DISABLED_OS, "shutil": _DISABLED_SHUTIL,
+            "preload": _PRELOAD, "os": _DISABLED_OS, "posix": _DISABLED_POSIX, "shutil": _DISABLED_SHUTIL,
             "subprocess": _DISABLED_SUBPROCESS,
         }
         payload = json.dumps(config).encode() + b"\n" + source.encode("utf-8", "replace")

@@ -30,11 +30,11 @@ def test_checkpoint_is_small_and_in_llada_format(tiny):
 
 
 def test_generate_from_prompt_text(capsys):
-    prompt = "Q: Sam has 7 pens. He buys 5 more, then gives away 3. How many now?\nA: "
+    prompt = "Q: Sam has 7 pens. He (a) buys 5 more, (b) gives away 3. How many now?\nA: "
     assert main(["generate", "--model", "ripple-tiny", "--prompt", prompt, "--decoder", "default",
                  "--gen-length", "48", "--block-length", "16", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert re.fullmatch(r"(\d+[-+*]\d+=\d+\n){1,4}#### \d+\n?", out["text"]), out["text"]  # the task's format
+    assert re.fullmatch(r"a \d+[-+*]\d+=\d+\nb \d+[-+*]\d+=\d+\n#### \d+\n?", out["text"]), out["text"]
     assert out["generated_tokens"] < 48 and out["nfe"] == 48
 
 
@@ -52,13 +52,16 @@ def _is_function(text: str) -> bool:
     return len(tree.body) == 1 and isinstance(tree.body[0], ast.FunctionDef)
 
 
-def test_completions_have_the_tasks_formats(tiny):
-    """The shipped model learned both answer formats (its accuracy is in the model card)."""
+def test_the_shipped_model_solves_its_tasks(tiny):
+    """Floors well under the model card's 200-problem scores (arith 21.5 %, pyfunc 92 %): a broken
+    engine, tokenizer or checkpoint drops far below them."""
     cfg = GenerationConfig(48, 16)
-    arith = evaluate_cell(tiny, get_task("arith"), build("default"), cfg, limit=20, progress=False)
-    assert sum(s.score["strict_extracted"] != "[invalid]" for s in arith.samples) >= 12
-    pyfunc = evaluate_cell(tiny, get_task("pyfunc"), build("default"), cfg, limit=20, progress=False)
-    assert sum(_is_function(s.completion) for s in pyfunc.samples) >= 14
+    arith = evaluate_cell(tiny, get_task("arith"), build("default"), cfg, limit=40, progress=False)
+    assert sum(s.score["strict_extracted"] != "[invalid]" for s in arith.samples) >= 36  # writes "#### N"
+    assert arith.accuracy >= 5.0
+    pyfunc = evaluate_cell(tiny, get_task("pyfunc"), build("confidence"), cfg, limit=40, progress=False)
+    assert sum(_is_function(s.completion) for s in pyfunc.samples) >= 36
+    assert pyfunc.accuracy >= 75.0 and pyfunc.mean_nfe < 12
 
 
 def test_eval_command_json(capsys):
@@ -83,9 +86,8 @@ def test_demo_prints_every_decoder(capsys):
         assert f"| arith   | {name:<11} |" in table and f"| pyfunc  | {name:<11} |" in table
 
 
-
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
-def test_every_decoder_runs_through_eval_and_generate_on_ripple_tiny(capsys, cache):
+def test_every_decoder_runs_through_eval_and_generate_on_ripple_tiny(capsys, cache, tiny):
     for name in names():
         assert main(["eval", "--model", "ripple-tiny", "--task", "pyfunc", "--decoder", name, "--limit", "2",
                      "--cache", cache, "--json"]) == 0, name
@@ -94,5 +96,5 @@ def test_every_decoder_runs_through_eval_and_generate_on_ripple_tiny(capsys, cac
         assert main(["generate", "--model", "ripple-tiny", "--prompt", "Write a function f(x) that returns x plus 3.\n",
                      "--decoder", name, "--gen-length", "48", "--block-length", "16", "--cache", cache, "--json"]) == 0
         gen = json.loads(capsys.readouterr().out)
-        assert len(gen["tokens"]) == 48 and 3 not in gen["tokens"], name  # 3: ripple-tiny's mask id
+        assert len(gen["tokens"]) == 48 and tiny.mask_id not in gen["tokens"], name
         assert gen["nfe"] <= 48 and (gen["lookahead_nfe"] > 0) == get(name).uses_lookahead

@@ -25,6 +25,23 @@ def test_micro_run_lowers_the_loss_and_exports_a_loadable_llada_checkpoint(tmp_p
     assert "model.transformer.blocks.0.ff_proj.weight" in load_file(tmp_path / "m" / "model.safetensors")
     lm = load_model(str(tmp_path / "m"), "float32", "cpu")  # the loader every checkpoint goes through
     assert lm.tokenizer is not None and lm.mask_id == lm.tokenizer.mask_token_id
+    assert json.loads((tmp_path / "m" / "learning_curve.json").read_text()) == curve
+    from PIL import Image
+
+    with Image.open(tmp_path / "m" / "learning_curve.png") as img:
+        img.verify()
+        assert img.format == "PNG"
+
+
+def test_the_data_stream_follows_the_mix_and_never_repeats_an_index():
+    from ripple.platform.tiny.train import stream_source
+
+    sources = [stream_source((2, 1), k) for k in range(300)]
+    assert [t for t, _ in sources[:6]] == [0, 0, 1, 0, 0, 1]
+    for task in (0, 1):
+        indices = [i for t, i in sources if t == task]
+        assert indices == list(range(len(indices)))  # each task reads its split in order, no gaps or repeats
+    assert sum(t == 0 for t, _ in sources) == 200
 
 
 def _cmd(out):

@@ -8,7 +8,7 @@ from ripple.errors import RippleError
 from ripple.tasks import get_task
 from ripple.tasks.arith import MAX_VALUE, Arith
 
-LINE = re.compile(r"^(\d+)([+\-*])(\d+)=(\d+)$")
+LINE = re.compile(r"^([a-d]) (\d+)([+\-*])(\d+)=(\d+)$")
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +52,8 @@ def test_streaming_and_random_access_agree(task, train, test_split):
 
 def test_sizes_fit_the_tiny_model(train, test_split):
     for ex in train[:2000] + test_split:
-        assert len(ex.prompt) <= 110, ex.prompt
-        assert len(ex.reference) <= 56 and ex.reference.endswith("\n"), ex.reference
+        assert len(ex.prompt) <= 114, ex.prompt
+        assert len(ex.reference) <= 48 and ex.reference.endswith("\n"), ex.reference
         assert ex.prompt.startswith("Q: ") and ex.prompt.endswith("\nA: ")
 
 
@@ -62,8 +62,9 @@ def test_references_are_valid_arithmetic_in_gsm8k_form(train, test_split):
         *lines, final = ex.reference.rstrip("\n").split("\n")
         assert 2 <= len(lines) <= 4
         value = None
-        for line in lines:
-            a, op, b, c = LINE.match(line).groups()
+        for label, line in zip("abcd", lines):
+            got_label, a, op, b, c = LINE.match(line).groups()
+            assert got_label == label and f"({label}) " in ex.prompt
             a, b, c = int(a), int(b), int(c)
             assert value is None or a == value  # each step continues from the last result
             assert c == {"+": a + b, "-": a - b, "*": a * b}[op]

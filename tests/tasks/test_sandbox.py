@@ -100,6 +100,13 @@ def test_privileges_are_dropped():
     assert run_program("import os\nassert 0 not in os.getresuid() and 0 not in os.getresgid()").passed
 
 
+def _all_refused(sources):
+    for source in sources:
+        result = run_program(source)
+        assert not result.passed, source
+        assert "PermissionError" in result.error, (source, result.error)
+
+
 def test_files_outside_the_working_directory_are_untouched(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -114,12 +121,39 @@ def test_files_outside_the_working_directory_are_untouched(tmp_path):
         f"open({str(outside)!r}, 'w').write('x')",
         f"import os\nos.close(os.open({str(outside)!r}, os.O_CREAT | os.O_WRONLY))",
     ]
-    for source in attempts:
-        result = run_program(source)
-        assert not result.passed, source
-        assert "PermissionError" in result.error, (source, result.error)
+    _all_refused(attempts)
     assert victim.read_text() == "precious"
     assert not outside.exists()
+
+
+def test_lower_level_routes_around_the_prelude_are_closed_too(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    probe = Path("/tmp") / f"ripple-sandbox-probe-{uuid.uuid4().hex}"  # /tmp is writable by every uid
+    attempts = [
+        f"import posix\nposix.unlink({str(victim)!r})",
+        f"import posix\nposix.rename({str(victim)!r}, 'stolen')",
+        f"import posix\nposix.close(posix.open({str(probe)!r}, posix.O_CREAT | posix.O_WRONLY))",
+        f"import _io\n_io.open({str(probe)!r}, 'w').write('x')",
+        f"import _io\n_io.FileIO({str(probe)!r}, 'w').write(b'x')",
+        f"import io\nio.FileIO({str(probe)!r}, 'a').write(b'x')",
+        f"import posix\nposix.mkdir({str(probe)!r})",
+        f"import os\nos.makedirs({str(probe)!r} + '/a/b')",
+        f"import os\nos.symlink('/etc/passwd', {str(probe)!r})",
+    ]
+    _all_refused(attempts)
+    assert victim.read_text() == "precious"
+    assert not probe.exists()
+    inside = run_program("import os, _io\nos.makedirs('a/b')\n_io.FileIO('a/b/f', 'w').write(b'x')\n"
+                         "print(open('a/b/f').read())")
+    assert inside.passed and inside.stdout_tail == "x\n"
+
+
+def test_the_parent_environment_cannot_be_read_through_proc(monkeypatch):
+    monkeypatch.setenv("RIPPLE_SANDBOX_SECRET", "hunter2")
+    result = run_program("import os\nprint(open(f'/proc/{os.getppid()}/environ', 'rb').read())")
+    assert not result.passed and "hunter2" not in result.stdout_tail
+    assert "PermissionError" in result.error or "Permission denied" in result.error
 
 
 def test_the_working_directory_is_fresh_private_and_removed():
@@ -157,9 +191,13 @@ def test_the_parent_environment_does_not_leak(monkeypatch):
 
 def test_the_program_cannot_kill_its_parent():
     for source in ("import os\nos.kill(os.getppid(), 9)", "import posix\nposix.kill(posix.getppid(), 9)",
-                   "import os\nos.killpg(os.getpgid(os.getppid()), 9)"):
+                   "import os\nos.killpg(os.getpgid(os.getppid()), 9)", "import signal, os\nos.kill(1, 9)"):
         result = run_program(source)
         assert not result.passed and "PermissionError" in result.error
+    # Below the prelude, the per-run uid is what stops it: libc's kill() gets EPERM.
+    result = run_program("import ctypes, os\nrc = ctypes.CDLL(None).kill(os.getppid(), 9)\n"
+                         "assert rc == 0, 'kill failed'")
+    assert not result.passed
     assert os.getpid() > 0  # still here
 
 

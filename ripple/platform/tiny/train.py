@@ -41,13 +41,21 @@ class TrainConfig:
     n_heads: int = 4
     mlp_hidden: int = 688
     response_length: int = 48
-    max_positions: int = 512
+    max_positions: int = 4096  # written to config.json (LLaDA's value); RoPE itself has no table to size
     vocab_size: int = 512  # tokenizer's BPE target size
     tasks: tuple[str, ...] = ("arith", "pyfunc")
     mix: tuple[int, ...] = (1, 1)  # examples of each task per cycle of the stream
     seed: int = 0
     checkpoint_every: int = 200
     log_every: int = 10
+
+
+def stream_source(mix: tuple[int, ...], k: int) -> tuple[int, int]:
+    """(task number, index in that task's train split) of example k of the training stream."""
+    cycle = [t for t, m in enumerate(mix) for _ in range(m)]  # task of each slot of one cycle
+    slot = k % len(cycle)
+    t = cycle[slot]
+    return t, (k // len(cycle)) * mix[t] + cycle[:slot].count(t)
 
 
 class Batcher:
@@ -62,17 +70,10 @@ class Batcher:
             raise RippleError(f"mix {cfg.mix} must give a positive count for each of the tasks {cfg.tasks}")
         self.cfg, self.tok = cfg, tokenizer
         self.tasks = [get_task(t) for t in cfg.tasks]
-        self.cycle = [i for i, m in enumerate(cfg.mix) for _ in range(m)]  # task of each slot
         self.mask_id, self.eos_id, self.pad_id = mask_id, eos_id, pad_id
 
-    def source(self, k: int) -> tuple[int, int]:
-        """(task number, index in that task's train split) of stream example k."""
-        L, slot = len(self.cycle), k % len(self.cycle)
-        t = self.cycle[slot]
-        return t, (k // L) * self.cfg.mix[t] + self.cycle[:slot].count(t)
-
     def pair(self, k: int) -> tuple[list[int], list[int]]:
-        t, i = self.source(k)
+        t, i = stream_source(self.cfg.mix, k)
         task = self.tasks[t]
         ex = task.example("train", i)
         prompt = self.tok(ex.prompt, add_special_tokens=False)["input_ids"]
@@ -200,7 +201,31 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
                "final_loss": curve[-1]["loss"] if curve else None, "config": dataclasses.asdict(cfg)}
     (work / "curve.json").write_text(json.dumps(curve))
     (out / "training_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_learning_curve(curve, out)
     return summary
+
+
+def write_learning_curve(curve: list[dict], out: Path) -> None:
+    """learning_curve.json (step, loss, seconds) and learning_curve.png beside the checkpoint."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    (out / "learning_curve.json").write_text(json.dumps(curve) + "\n")
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (1/t-weighted CE)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
+    if curve:
+        ax.set_title(f"ripple-tiny: {curve[-1]['step']} steps, {curve[-1]['seconds'] / 60:.0f} min, "
+                     f"final loss {curve[-1]['loss']:.3f}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "learning_curve.png")
+    plt.close(fig)
 
 
 def _init(model: DiffusionTransformer, seed: int) -> None:

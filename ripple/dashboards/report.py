@@ -1,0 +1,545 @@
+"""`ripple report EXPERIMENT`: the paper's tables and plots from the result store, as a folder.
+
+Every number is recomputed here from the stored sample records (polars), never copied
+from MLflow metrics, so a report always agrees with the store it names (DESIGN.md 2):
+  accuracy  = percent of correct samples among those without error
+  mean NFE  = mean forward calls per sample (samples without error)
+  TPS       = sum generated tokens / sum decode seconds (samples without error)
+  speedup   = TPS / TPS(default); NFE speedup = mean NFE(default) / mean NFE, where
+              default is the `default` decoder's cell with the same model, task,
+              gen_length, block_length, cache (and seed, dtype, chat, split,
+              stop_at_eos, as `ripple grid` compares).
+MLflow contributes each cell's run id to the cell index, and receives the folder: it is
+logged as artifacts (under `report/`) of one run named "report" in the experiment,
+tagged `ripple_report`; re-running the report updates that run instead of adding one.
+A separate run keeps the per-cell runs (and a sweep's parent/child runs) untouched.
+
+Folder: report.md (tables, links to the PNGs), report.html (self-contained: PNGs as
+base64 data URIs, inline CSS), cells.csv (one row per cell, full precision), *.png.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import polars as pl
+
+from ..errors import RippleError
+from ..platform.store import ResultStore, check_name
+from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
+
+SETTING = ("model", "task", "decoder", "params", "gen_length", "block_length", "cache", "seed", "dtype", "chat",
+           "split", "stop_at_eos")
+BASELINE = ("model", "task", "gen_length", "block_length", "cache", "seed", "dtype", "chat", "split", "stop_at_eos")
+CONTEXT = tuple(k for k in BASELINE if k != "task")  # one main table (tasks side by side) per context
+ALWAYS_SHOWN = ("model", "gen_length", "block_length", "cache")
+REPORT_TAG = "ripple_report"
+
+
+# ---------------------------------------------------------------------------- records
+def load_records(store_dir: str | Path, experiment: str) -> pl.DataFrame:
+    """One row per (cell_id, sample_id) of `experiment`, through the store's deduplicating reader."""
+    check_name("experiment", experiment)
+    root = Path(store_dir).expanduser()
+    if not root.is_dir():
+        raise RippleError(f"no result store at {root}; run `ripple grid` first or pass --store DIR")
+    store = ResultStore(root, experiment)
+    if not store.dir.is_dir():
+        known = stored_experiments(root)
+        raise RippleError(f"unknown experiment {experiment!r} in store {root}; "
+                          f"stored experiments: {', '.join(known) if known else 'none'}")
+    frame = store.read()
+    if frame.height == 0:
+        raise RippleError(f"experiment {experiment!r} in store {root} has no sample records")
+    return frame
+
+
+def stored_experiments(root: Path) -> list[str]:
+    return sorted(p.parent.name for p in root.glob("*/records") if p.is_dir())
+
+
+def decoder_label(decoder: str, params_json: str) -> str:
+    """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)` (as `ripple grid` labels).
+
+    A decoder no longer registered shows every stored hyperparameter (no defaults to compare with).
+    """
+    from ..decoders import names
+    from ..decoders import get as get_decoder
+
+    params = json.loads(params_json) if params_json else {}
+    defaults = get_decoder(decoder).Params().to_dict() if decoder in names() else {}
+    changed = [f"{k}={v}" for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v]
+    return f"{decoder}({', '.join(changed)})" if changed else decoder
+
+
+def summarize_cells(records: pl.DataFrame) -> pl.DataFrame:
+    """One row per cell: its settings, label, counts and the DESIGN.md section 2 aggregates."""
+    ok = pl.col("error").is_null()
+    cells = records.group_by("cell_id").agg(
+        *[pl.col(k).first() for k in SETTING],
+        ok.sum().alias("n"),
+        (~ok).sum().alias("errors"),
+        (pl.col("correct").filter(ok).cast(pl.Float64).mean() * 100.0).alias("accuracy"),
+        pl.col("nfe").filter(ok).cast(pl.Float64).mean().alias("mean_nfe"),
+        pl.col("generated_tokens").filter(ok).sum().alias("generated_tokens"),
+        pl.col("decode_seconds").filter(ok).sum().alias("decode_seconds"),
+        pl.col("gen_length").filter(ok).sum().alias("canvas_tokens"),
+    )
+    secs = pl.col("decode_seconds")
+    cells = cells.with_columns(
+        pl.when(secs > 0).then(pl.col("generated_tokens") / secs).alias("tps"),
+        pl.when(secs > 0).then(pl.col("canvas_tokens") / secs).alias("canvas_tps"),
+    )
+    labels = pl.DataFrame(
+        [{"decoder": d, "params": p, "label": decoder_label(d, p)}
+         for d, p in cells.select("decoder", "params").unique().iter_rows()],
+        schema={"decoder": pl.String, "params": pl.String, "label": pl.String})
+    cells = cells.join(labels, on=["decoder", "params"], how="left")
+    base = (cells.filter(pl.col("decoder") == "default").sort("cell_id").unique(subset=list(BASELINE), keep="first")
+            .select(*BASELINE, pl.col("tps").alias("default_tps"), pl.col("mean_nfe").alias("default_nfe")))
+    cells = cells.join(base, on=list(BASELINE), how="left").with_columns(
+        pl.when(pl.col("default_tps") > 0).then(pl.col("tps") / pl.col("default_tps")).alias("speedup"),
+        pl.when(pl.col("mean_nfe") > 0).then(pl.col("default_nfe") / pl.col("mean_nfe")).alias("nfe_speedup"),
+    ).drop("default_tps", "default_nfe")
+    order = {name: i for i, name in enumerate(_decoder_order())}
+    return (cells.with_columns(pl.col("decoder").replace_strict(order, default=len(order), return_dtype=pl.Int64)
+                               .alias("_order"))
+            .sort([*CONTEXT, "task", "_order", "label"]).drop("_order"))
+
+
+def _decoder_order() -> list[str]:
+    from ..decoders import names
+
+    return names()  # registry order: default first, then the baselines, rps last
+
+
+# ---------------------------------------------------------------------------- tables
+@dataclass(frozen=True)
+class Table:
+    """A rendered table: formatted cells, so Markdown, HTML and tests read the same strings."""
+
+    kind: str  # main | length | sensitivity | cells
+    title: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    figures: tuple[str, ...] = ()  # PNG file names shown under the table
+    note: str = ""
+
+
+def fmt_acc(v: float | None) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.1f}"
+
+
+def fmt_nfe(v: float | None) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.2f}"
+
+
+def fmt_tps(v: float | None) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.1f}"
+
+
+def fmt_speedup(v: float | None) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.2f}x"
+
+
+def _groups(frame: pl.DataFrame, keys: Sequence[str]) -> list[tuple[dict[str, Any], pl.DataFrame]]:
+    """(key values, rows) per distinct key, in the frame's order of first appearance."""
+    out = []
+    for key_frame in frame.select(keys).unique(maintain_order=True).iter_rows(named=True):
+        cond = pl.all_horizontal([pl.col(k) == v for k, v in key_frame.items()])
+        out.append((key_frame, frame.filter(cond)))
+    return out
+
+
+def _describe(key: dict[str, Any], varying: set[str]) -> str:
+    """`model ripple-tiny, gen_length 48, ...`: the always-shown settings plus those that vary."""
+    return ", ".join(f"{k} {key[k]}" for k in key if k in ALWAYS_SHOWN or k in varying)
+
+
+def _varying(cells: pl.DataFrame, keys: Iterable[str]) -> set[str]:
+    return {k for k in keys if cells[k].n_unique() > 1}
+
+
+def _labels(rows: pl.DataFrame) -> list[str]:
+    return rows["label"].unique(maintain_order=True).to_list()
+
+
+def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
+    """Decoders x tasks: accuracy / mean NFE / TPS / speedup, one table per context:
+    (context key, its description, table)."""
+    vary = _varying(cells, CONTEXT)
+    out = []
+    for key, rows in _groups(cells, CONTEXT):
+        tasks = rows["task"].unique(maintain_order=True).to_list()
+        header = ["decoder"] + [f"{t} {m}" for t in tasks for m in ("acc %", "NFE", "TPS", "speedup")]
+        body = []
+        for label in _labels(rows):
+            line = [label]
+            for t in tasks:
+                r = rows.filter((pl.col("label") == label) & (pl.col("task") == t))
+                if r.height == 0:
+                    line += ["-"] * 4
+                    continue
+                c = r.row(0, named=True)
+                line += [fmt_acc(c["accuracy"]), fmt_nfe(c["mean_nfe"]), fmt_tps(c["tps"]), fmt_speedup(c["speedup"])]
+            body.append(tuple(line))
+        desc = _describe(key, vary)
+        out.append((key, desc, Table("main", f"Decoders x tasks ({desc})", tuple(header), tuple(body))))
+    return out
+
+
+def length_tables(cells: pl.DataFrame) -> list[Table]:
+    """Generation-length robustness: per model/task/cache, accuracy, TPS and speedup at each length."""
+    keys = [k for k in BASELINE if k not in ("gen_length", "block_length")]
+    vary = _varying(cells, keys)
+    out = []
+    for key, rows in _groups(cells, keys):
+        if rows["gen_length"].n_unique() < 2:
+            continue
+        lengths = rows.select("gen_length", "block_length").unique().sort(["gen_length", "block_length"]).rows()
+        header = ["decoder"] + [f"g{g}/b{b} {m}" for g, b in lengths for m in ("acc %", "TPS", "speedup")]
+        body = []
+        for label in _labels(rows):
+            line = [label]
+            for g, b in lengths:
+                r = rows.filter((pl.col("label") == label) & (pl.col("gen_length") == g)
+                                & (pl.col("block_length") == b))
+                c = r.row(0, named=True) if r.height else None
+                line += ([fmt_acc(c["accuracy"]), fmt_tps(c["tps"]), fmt_speedup(c["speedup"])] if c else ["-"] * 3)
+            body.append(tuple(line))
+        desc = ", ".join(f"{k} {key[k]}" for k in key if k in ("model", "task", "cache") or k in vary)
+        out.append(Table("length", f"Generation-length robustness ({desc})", tuple(header), tuple(body)))
+    return out
+
+
+def _params(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    return [json.loads(p) if p else {} for p in rows["params"].to_list()]
+
+
+def _sort_value(v: Any) -> tuple:
+    return (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, str(v))
+
+
+def sensitivity_groups(cells: pl.DataFrame) -> list[tuple[dict[str, Any], pl.DataFrame, list[str]]]:
+    """Cells that differ only in one decoder's hyperparameters: (key, rows sorted by the varying
+    hyperparameters, their names). These are what a sweep stores."""
+    out = []
+    for key, rows in _groups(cells, [*BASELINE, "decoder"]):
+        if rows["params"].n_unique() < 2:
+            continue
+        ps = _params(rows)
+        names = sorted({k for p in ps for k in p if len({json.dumps(q.get(k), sort_keys=True) for q in ps}) > 1})
+        order = sorted(range(rows.height), key=lambda i: tuple(_sort_value(ps[i].get(n)) for n in names))
+        out.append((key, rows[order], names))
+    return out
+
+
+def sensitivity_table(key: dict[str, Any], rows: pl.DataFrame, names: list[str], vary: set[str]) -> Table:
+    ps = _params(rows)
+    acc, tps, nfe = rows["accuracy"].to_list(), rows["tps"].to_list(), rows["mean_nfe"].to_list()
+    on_tps = front_flags(list(zip(acc, tps)), ACCURACY_TPS)
+    on_nfe = front_flags(list(zip(acc, nfe)), ACCURACY_NFE)
+    header = (*names, "acc %", "mean NFE", "TPS", "speedup", "n", "Pareto front")
+    body = []
+    for i, c in enumerate(rows.iter_rows(named=True)):
+        front = " + ".join(n for n, f in (("acc-TPS", on_tps[i]), ("acc-NFE", on_nfe[i])) if f) or ""
+        body.append((*(str(ps[i].get(n, "-")) for n in names), fmt_acc(c["accuracy"]), fmt_nfe(c["mean_nfe"]),
+                     fmt_tps(c["tps"]), fmt_speedup(c["speedup"]), str(c["n"]), front))
+    shown = {"model", "task", "decoder", *ALWAYS_SHOWN, *vary}
+    desc = ", ".join(f"{k} {key[k]}" for k in key if k in shown)
+    return Table("sensitivity", f"Hyperparameter sensitivity ({desc})", header, tuple(body),
+                 note="Pareto front within these settings: acc-TPS maximises accuracy and TPS; "
+                      "acc-NFE maximises accuracy and minimises mean NFE.")
+
+
+def cells_table(cells: pl.DataFrame, runs: dict[str, str]) -> Table:
+    """Index of every cell with its MLflow run (when tracked)."""
+    vary = sorted(_varying(cells, [k for k in SETTING if k not in ("decoder", "params")]) | {"task"},
+                  key=SETTING.index)
+    header = ("cell_id", "decoder", *vary, "n", "errors", "MLflow run")
+    body = tuple((c["cell_id"], c["label"], *(str(c[k]) for k in vary), str(c["n"]), str(c["errors"]),
+                  runs.get(c["cell_id"], "-")) for c in cells.iter_rows(named=True))
+    return Table("cells", "Cells", header, body)
+
+
+# ---------------------------------------------------------------------------- plots
+def _figure(width: float = 6.4, height: float = 4.0):
+    from matplotlib.figure import Figure  # object API: no pyplot global state, no GUI backend
+
+    return Figure(figsize=(width, height), dpi=110, layout="constrained")
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:
+    """Accuracy vs TPS and accuracy vs mean NFE; the front drawn as a line, dominated points grey."""
+    fig = _figure(11.0, 4.4)
+    acc, labels = rows["accuracy"].to_list(), rows["label"].to_list()
+    for ax, col, senses, xlabel in ((fig.add_subplot(1, 2, 1), "tps", ACCURACY_TPS, "TPS (generated tokens / s)"),
+                                    (fig.add_subplot(1, 2, 2), "mean_nfe", ACCURACY_NFE, "mean NFE (lower is better)")):
+        xs = rows[col].to_list()
+        flags = front_flags(list(zip(acc, xs)), senses)
+        pts = [(x, a, lab, f) for x, a, lab, f in zip(xs, acc, labels, flags) if x is not None and a is not None]
+        ax.scatter([p[0] for p in pts if not p[3]], [p[1] for p in pts if not p[3]], c="0.6", s=28,
+                   label="dominated")
+        front = sorted((p for p in pts if p[3]), key=lambda p: p[0])
+        ax.plot([p[0] for p in front], [p[1] for p in front], "-o", c="tab:red", ms=7, lw=1.5, label="Pareto front")
+        annotate = pts if len(pts) <= 16 else front
+        for x, a, lab, _ in annotate:
+            ax.annotate(lab, (x, a), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("accuracy %")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
+    """Speedup vs default per task (grouped bars, one per decoder setting); None if nothing to show."""
+    rows = rows.filter(pl.col("speedup").is_not_null() & (pl.col("decoder") != "default"))
+    if rows.height == 0:
+        return None
+    tasks = rows["task"].unique(maintain_order=True).to_list()
+    labels = _labels(rows)
+    fig = _figure(min(16.0, max(6.4, 1.2 + 0.45 * len(tasks) * len(labels))), 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    width = 0.8 / len(labels)
+    for j, label in enumerate(labels):
+        vals = []
+        for t in tasks:
+            r = rows.filter((pl.col("label") == label) & (pl.col("task") == t))
+            vals.append(r["speedup"][0] if r.height else 0.0)
+        bars = ax.bar([i + (j - (len(labels) - 1) / 2) * width for i in range(len(tasks))], vals, width, label=label)
+        ax.bar_label(bars, labels=[f"{v:.1f}x" if v else "" for v in vals], fontsize=6, padding=1)
+    ax.axhline(1.0, c="k", lw=0.8, ls="--")
+    ax.set_ylim(0, max(1.0, float(rows["speedup"].max())) * 1.3)  # headroom for the legend
+    ax.set_xticks(range(len(tasks)), tasks)
+    ax.set_ylabel("speedup vs default (TPS ratio)")
+    ax.legend(fontsize=7, ncols=min(4, len(labels)))
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> Path | None:
+    """Accuracy and TPS against one numeric hyperparameter; None when it is not numeric."""
+    xs = [p.get(name) for p in _params(rows)]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
+        return None
+    fig = _figure(6.4, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot(xs, rows["accuracy"].to_list(), "-o", c="tab:blue", label="accuracy %")
+    ax.set_xlabel(name)
+    ax.set_ylabel("accuracy %", color="tab:blue")
+    ax2 = ax.twinx()
+    ax2.plot(xs, rows["tps"].to_list(), "-s", c="tab:orange", label="TPS")
+    ax2.set_ylabel("TPS", color="tab:orange")
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+# ---------------------------------------------------------------------------- documents
+Block = tuple  # ("h1"|"h2"|"p", text) | ("table", Table) | ("img", file name, alt text)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(blocks: list[Block]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if b[0] == "h1":
+            out += [f"# {b[1]}", ""]
+        elif b[0] == "h2":
+            out += [f"## {b[1]}", ""]
+        elif b[0] == "p":
+            out += [b[1], ""]
+        elif b[0] == "table":
+            t: Table = b[1]
+            out.append("| " + " | ".join(_md_cell(h) for h in t.header) + " |")
+            out.append("|" + "|".join("---" for _ in t.header) + "|")
+            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
+            out.append("")
+            if t.note:
+                out += [t.note, ""]
+        elif b[0] == "img":
+            out += [f"![{b[2]}]({b[1]})", ""]
+    return "\n".join(out)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 7px}
+th{background:#f3f3f3}td{text-align:right}td:first-child{text-align:left}img{max-width:100%;margin:.5em 0}
+h2{margin-top:1.6em;border-bottom:1px solid #ddd}p.note{color:#555;font-size:12px}"""
+
+
+def to_html(blocks: list[Block], title: str, folder: Path) -> str:
+    """One self-contained page: CSS inline, every image a base64 data URI (no external assets)."""
+    e = html.escape
+    out = [f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{e(title)}</title>",
+           f"<style>{_CSS}</style></head><body>"]
+    for b in blocks:
+        if b[0] in ("h1", "h2"):
+            out.append(f"<{b[0]}>{e(b[1])}</{b[0]}>")
+        elif b[0] == "p":
+            out.append(f"<p>{_inline_code(e(b[1]))}</p>")
+        elif b[0] == "table":
+            t: Table = b[1]
+            out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.header) + "</tr></thead><tbody>")
+            out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in t.rows]
+            out.append("</tbody></table>")
+            if t.note:
+                out.append(f"<p class=\"note\">{e(t.note)}</p>")
+        elif b[0] == "img":
+            data = base64.b64encode((folder / b[1]).read_bytes()).decode("ascii")
+            out.append(f"<img alt=\"{e(b[2])}\" src=\"data:image/png;base64,{data}\">")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def _inline_code(text: str) -> str:
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
+# ---------------------------------------------------------------------------- the report
+@dataclass(frozen=True)
+class Report:
+    experiment: str
+    out_dir: Path
+    cells: pl.DataFrame  # summarize_cells() of the store
+    tables: tuple[Table, ...]
+    figures: tuple[Path, ...]
+    mlflow_run_id: str | None
+
+
+def default_out(store_dir: str | Path, experiment: str) -> Path:
+    return Path(store_dir).expanduser() / experiment / "report"
+
+
+def build_report(store_dir: str | Path, experiment: str, out_dir: str | Path | None = None, *,
+                 tracking_uri: str | None = None, track: bool = True) -> Report:
+    """Write the report folder for `experiment` (atomically: a failure leaves no half folder)
+    and, unless `track` is False, log it to the experiment's MLflow "report" run."""
+    records = load_records(store_dir, experiment)
+    out = Path(out_dir).expanduser() if out_dir else default_out(store_dir, experiment)
+    if out.exists() and not (out / "report.md").exists():
+        raise RippleError(f"--out {out} exists and is not a report folder; give a new or report directory")
+    tracker = _open_tracker(experiment, store_dir, tracking_uri) if track else None
+    runs = tracker.runs_by_cell() if tracker else {}
+    cells = summarize_cells(records)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        blocks, tables, figures = _compose(experiment, Path(store_dir), records, cells, runs, tmp)
+        (tmp / "report.md").write_text(to_markdown(blocks))
+        (tmp / "report.html").write_text(to_html(blocks, f"Ripple report: {experiment}", tmp))
+        cells.write_csv(tmp / "cells.csv")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    run_id = _log_report(tracker, out) if tracker else None
+    return Report(experiment, out, cells, tuple(tables), tuple(out / f.name for f in figures), run_id)
+
+
+def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.DataFrame, runs: dict[str, str],
+             folder: Path) -> tuple[list[Block], list[Table], list[Path]]:
+    """The document (blocks), its tables and the PNGs written into `folder`."""
+    blocks: list[Block] = [("h1", f"Ripple report: {experiment}")]
+    hardware = sorted(set(records["hardware"].drop_nulls().to_list()))
+    errors = int(records["error"].is_not_null().sum())
+    blocks.append(("p", f"Store `{store_dir.expanduser().resolve()}`: {records.height} samples in {cells.height} cells"
+                        f" ({errors} with errors, excluded from the metrics). Hardware: "
+                        f"{'; '.join(hardware) or 'unknown'}. Generated "
+                        f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."))
+    blocks.append(("p", "accuracy % = correct / samples without error; NFE = mean forward calls per sample; "
+                        "TPS = sum of generated tokens / sum of decode seconds; speedup = TPS / TPS of `default` "
+                        "with the same model, task, gen_length, block_length and cache."))
+    tables: list[Table] = []
+    figures: list[Path] = []
+
+    mains = main_tables(cells)
+    several = len(mains) > 1
+    for i, (key, desc, table) in enumerate(mains, 1):
+        suffix = f"-{i}" if several else ""
+        rows = cells.filter(pl.all_horizontal([pl.col(k) == v for k, v in key.items()]))
+        figs = []
+        for t in rows["task"].unique(maintain_order=True).to_list():
+            figs.append(plot_pareto(rows.filter(pl.col("task") == t), f"Pareto fronts, task {t}: {desc}",
+                                    folder / f"pareto-{_slug(t)}{suffix}.png"))
+        bar = plot_speedup(rows, f"Speedup vs default: {desc}", folder / f"speedup{suffix}.png")
+        figs += [bar] if bar else []
+        table = Table(table.kind, table.title, table.header, table.rows, tuple(f.name for f in figs), table.note)
+        tables.append(table)
+        figures += figs
+        blocks += [("h2", table.title), ("table", table)] + [("img", f.name, f.stem) for f in figs]
+
+    lengths = length_tables(cells)
+    if lengths:
+        blocks.append(("h2", "Generation-length robustness"))
+        for t in lengths:
+            blocks += [("p", t.title), ("table", t)]
+        tables += lengths
+
+    groups = sensitivity_groups(cells)
+    if groups:
+        blocks.append(("h2", "Hyperparameter sensitivity"))
+        vary = _varying(cells, CONTEXT)
+        for j, (key, rows, names) in enumerate(groups, 1):
+            table = sensitivity_table(key, rows, names, vary)
+            fig = None
+            if len(names) == 1:
+                fig = plot_sensitivity(rows, names[0], table.title,
+                                       folder / f"sensitivity-{_slug(key['decoder'])}-{_slug(key['task'])}-{j}.png")
+            if fig:
+                table = Table(table.kind, table.title, table.header, table.rows, (fig.name,), table.note)
+                figures.append(fig)
+            tables.append(table)
+            blocks += [("p", table.title), ("table", table)] + ([("img", fig.name, fig.stem)] if fig else [])
+
+    index = cells_table(cells, runs)
+    tables.append(index)
+    blocks += [("h2", "Cells"), ("table", index)]
+    return blocks, tables, figures
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+def _open_tracker(experiment: str, store_dir: str | Path, uri: str | None):
+    from ..platform.tracking import Tracker
+
+    return Tracker.open(experiment, Path(store_dir).expanduser(), uri)
+
+
+def _log_report(tracker, folder: Path) -> str:
+    """Log `folder` under `report/` of the experiment's report run (created on first use)."""
+    client = tracker.client
+    found = client.search_runs([tracker.experiment_id], filter_string=f"tags.{REPORT_TAG} = 'true'", max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+        client.update_run(run_id, status="RUNNING")
+    else:
+        run_id = client.create_run(tracker.experiment_id, run_name="report", tags={REPORT_TAG: "true"}).info.run_id
+    client.log_artifacts(run_id, str(folder), artifact_path="report")
+    client.set_terminated(run_id, "FINISHED")
+    return run_id

@@ -1,0 +1,399 @@
+"""Grid specs: YAML -> a validated `GridSpec` -> the `Cell`s of the grid.
+
+A spec lists models x tasks x decoders (with hyperparameters) x gen_lengths x
+block_lengths x caches x seeds. Everything is validated before any worker starts,
+and every problem is reported on one line naming the spec, the key and the accepted
+values, so a typo never costs a cluster start-up. Shipped specs live in `grids/`.
+
+Example (`ripple/platform/grids/demo.yaml` is another):
+
+    models: [ripple-tiny]
+    tasks: {arith: {limit: 50}, pyfunc: {limit: 20}}   # or a list of names plus `limit:`
+    decoders:
+      - default
+      - {name: rps, params: {lambda: [0.1, 0.2]}}       # a list expands into one cell per value
+    gen_lengths: [48]
+    block_lengths: [16]
+    caches: [none, prefix]
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RippleError
+from .store import check_name, dumps
+
+GRIDS_DIR = Path(__file__).resolve().parent / "grids"
+TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
+            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "data_dir", "workers")
+DECODER_KEYS = ("name", "params", "models")
+TASK_KEYS = ("limit",)
+WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
+WORKER_DEVICES = ("auto", "gpu", "cpu")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid. `cell_id` hashes every setting that can change a sample's result."""
+
+    model: str
+    task: str
+    decoder: str
+    params: tuple[tuple[str, Any], ...]  # every hyperparameter (defaults filled in), sorted by name
+    gen_length: int
+    block_length: int
+    cache: str
+    seed: int
+    dtype: str
+    chat: bool
+    split: str
+    stop_at_eos: bool
+    limit: int | None  # samples per cell: the first `limit` examples (not part of the id)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"model": self.model, "task": self.task, "decoder": self.decoder, "params": dict(self.params),
+                "gen_length": self.gen_length, "block_length": self.block_length, "cache": self.cache,
+                "seed": self.seed, "dtype": self.dtype, "chat": self.chat, "split": self.split,
+                "stop_at_eos": self.stop_at_eos}
+
+    @property
+    def cell_id(self) -> str:
+        return hashlib.sha256(dumps(self.settings).encode()).hexdigest()[:16]
+
+    @property
+    def params_json(self) -> str:
+        return dumps(dict(self.params))
+
+    def baseline_key(self) -> tuple:
+        """Cells sharing this key are compared with the same Default cell (speedup)."""
+        return (self.model, self.task, self.gen_length, self.block_length, self.cache, self.seed, self.dtype,
+                self.chat, self.split, self.stop_at_eos)
+
+    def label(self) -> str:
+        """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)`."""
+        from ..decoders import get
+
+        defaults = get(self.decoder).Params().to_dict()
+        changed = [f"{k}={v}" for k, v in self.params if defaults.get(k) != v]
+        return f"{self.decoder}({', '.join(changed)})" if changed else self.decoder
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How many workers and what each owns: `gpus` GPUs per worker, or `cpus` CPUs on a CPU worker."""
+
+    device: str = "auto"  # auto: GPU workers if the cluster has GPUs now; gpu: ask for them (autoscaling)
+    count: int | None = None  # None: one per GPU (or per `cpus` CPUs on a CPU-only cluster)
+    cpus: int = 1
+    gpus: int = 1
+    max_restarts: int = 2  # a killed worker restarts and its in-flight samples are retried this often
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A validated spec: its cells in spec order (models, tasks, decoders, lengths, caches, seeds)."""
+
+    path: str
+    experiment: str
+    cells: tuple[Cell, ...]
+    data_dir: str | None
+    workers: WorkerSpec
+    description: str = ""
+
+    def with_limit(self, limit: int | None) -> "GridSpec":
+        """Cap the samples of every cell at `limit` (`ripple grid --limit`)."""
+        if limit is None:
+            return self
+        if not isinstance(limit, int) or limit < 1:
+            raise RippleError(f"--limit must be a positive number of samples per cell, got {limit}")
+        cells = tuple(replace(c, limit=limit if c.limit is None else min(c.limit, limit)) for c in self.cells)
+        return replace(self, cells=cells)
+
+    def with_data_dir(self, data_dir: str | None) -> "GridSpec":
+        """Read benchmark data from `data_dir` (`ripple grid --data-dir`) instead of the spec's."""
+        return self if data_dir is None else replace(self, data_dir=data_dir)
+
+    def describe(self) -> str:
+        """The plan in a few lines (`ripple grid --dry-run`)."""
+        axes = {"models": "model", "tasks": "task", "decoders": "label", "gen_lengths": "gen_length",
+                "block_lengths": "block_length", "caches": "cache", "seeds": "seed"}
+        lines = [f"grid spec {self.path}: experiment {self.experiment}, {len(self.cells)} cells"]
+        for title, attr in axes.items():
+            values = dict.fromkeys(c.label() if attr == "label" else getattr(c, attr) for c in self.cells)
+            lines.append(f"  {title}: {', '.join(map(str, values))}")
+        limits = sorted({"all" if c.limit is None else str(c.limit) for c in self.cells})
+        lines.append(f"  samples per cell: {', '.join(limits)}")
+        return "\n".join(lines)
+
+
+def shipped_specs() -> list[str]:
+    return sorted(p.stem for p in GRIDS_DIR.glob("*.yaml"))
+
+
+def resolve_spec_path(spec: str) -> Path:
+    """A YAML path, or the name of a shipped spec (`demo`, `paper-table1`, ...)."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path
+    shipped = GRIDS_DIR / f"{spec}.yaml"
+    if "/" not in spec and shipped.exists():
+        return shipped
+    raise RippleError(f"grid spec {spec!r} not found; give a YAML file or a shipped spec: {', '.join(shipped_specs())}")
+
+
+def load_spec(spec: str) -> GridSpec:
+    """Read, parse and validate a spec file (or shipped spec name) into its cells."""
+    path = resolve_spec_path(spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise RippleError(f"cannot read grid spec {path} ({reason})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise RippleError(f"grid spec {path} is not valid YAML: {problem}{where}") from None
+    return parse_spec(raw, str(path), default_experiment=path.stem)
+
+
+def parse_spec(raw: Any, where: str, default_experiment: str = "grid") -> GridSpec:
+    """Validate a loaded YAML document; every error is one line prefixed by `where`."""
+    return _Parser(where).spec(raw, default_experiment)
+
+
+class _Parser:
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, message: str) -> RippleError:
+        return RippleError(f"grid spec {self.where}: {message}")
+
+    def keys(self, mapping: dict, accepted: tuple[str, ...], context: str) -> None:
+        for key in mapping:
+            if key not in accepted:
+                close = difflib.get_close_matches(str(key), accepted, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise self.fail(f"unknown key {key!r}{context}{hint}; accepted: {', '.join(accepted)}")
+
+    def as_list(self, value: Any, key: str) -> list:
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            raise self.fail(f"{key!r} is empty; give at least one value")
+        return items
+
+    def positive_ints(self, value: Any, key: str) -> list[int]:
+        items = self.as_list(value, key)
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise self.fail(f"{key!r} takes positive integers, got {v!r}")
+        return list(dict.fromkeys(items))
+
+    def ints(self, value: Any, key: str) -> list[int]:
+        items = self.as_list(value, key)
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise self.fail(f"{key!r} takes integers, got {v!r}")
+        return list(dict.fromkeys(items))
+
+    def strings(self, value: Any, key: str) -> list[str]:
+        items = self.as_list(value, key)
+        for v in items:
+            if not isinstance(v, str) or not v.strip():
+                raise self.fail(f"{key!r} takes non-empty strings, got {v!r}")
+        return list(dict.fromkeys(items))
+
+    def flag(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(f"{key!r} takes true or false, got {value!r}")
+        return value
+
+    def limit(self, value: Any, key: str) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(f"{key!r} takes a positive number of samples per cell, got {value!r}")
+        return value
+
+    def spec(self, raw: Any, default_experiment: str) -> GridSpec:
+        if not isinstance(raw, dict):
+            raise self.fail(f"expected a mapping of keys ({', '.join(TOP_KEYS)}), got {type(raw).__name__}")
+        self.keys(raw, TOP_KEYS, "")
+        for key in ("models", "tasks", "decoders", "gen_lengths", "block_lengths"):
+            if key not in raw:
+                raise self.fail(f"missing key {key!r}; required: models, tasks, decoders, gen_lengths, block_lengths")
+        experiment = raw.get("experiment", default_experiment)
+        try:
+            check_name("experiment", experiment)
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
+        models = self.strings(raw["models"], "models")
+        for model in models:
+            self.model(model)
+        tasks = self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit"))
+        decoders = self.decoders(raw["decoders"], models)
+        gens = self.positive_ints(raw["gen_lengths"], "gen_lengths")
+        blocks = self.positive_ints(raw["block_lengths"], "block_lengths")
+        caches = self.caches(raw.get("caches", ["none"]))
+        seeds = self.ints(raw.get("seeds", [0]), "seeds")
+        split = raw.get("split", "test")
+        if not isinstance(split, str):
+            raise self.fail(f"'split' takes a split name such as test, got {split!r}")
+        dtype = raw.get("dtype", "auto")
+        if dtype not in DTYPES:
+            raise self.fail(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
+        chat = self.flag(raw.get("chat", False), "chat")
+        stop = self.flag(raw.get("stop_at_eos", False), "stop_at_eos")
+        data_dir = raw.get("data_dir")
+        if data_dir is not None and not isinstance(data_dir, str):
+            raise self.fail(f"'data_dir' takes a directory path, got {data_dir!r}")
+        description = raw.get("description", "")
+        if not isinstance(description, str):
+            raise self.fail("'description' takes a string")
+        self.lengths(gens, blocks)
+        for name, _, _ in decoders:
+            self.decoder_caches(name, caches)
+        cells = tuple(
+            Cell(model, task, name, params, gen, block, cache, seed, dtype, chat, split, stop, limit)
+            for model, (task, limit), (name, params, only), gen, block, cache, seed
+            in itertools.product(models, tasks, decoders, gens, blocks, caches, seeds)
+            if only is None or model in only
+        )
+        ids = [c.cell_id for c in cells]
+        if len(set(ids)) != len(ids):
+            raise self.fail("two decoder entries describe the same cell; remove the duplicate")
+        return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description)
+
+    def model(self, name: str) -> None:
+        """An embedded name, a local checkpoint directory (its config and weight files are checked
+        here, cheaply) or a hub id, which only the workers resolve: downloading 16 GB into the
+        driver just to validate would be wrong."""
+        from .loading import EMBEDDED, read_config, weight_files
+        from .models import get_family
+
+        path = Path(name).expanduser()
+        if name not in EMBEDDED and path.is_dir():
+            try:
+                get_family(read_config(path)["model_type"])
+                weight_files(path)
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+            return
+        if name in EMBEDDED or _HUB_ID.match(name):
+            return
+        raise self.fail(f"model {name!r} not found: give a checkpoint directory, a hub id (org/name) "
+                        f"or an embedded name: {', '.join(EMBEDDED)}")
+
+    def tasks(self, value: Any, limit: int | None) -> list[tuple[str, int | None]]:
+        from ..tasks import task_class
+
+        if isinstance(value, dict):
+            if not value:
+                raise self.fail("'tasks' is empty; give at least one task")
+            entries = []
+            for name, opts in value.items():
+                opts = {} if opts is None else opts
+                if not isinstance(opts, dict):
+                    raise self.fail(f"task {name!r} takes a mapping such as {{limit: 50}}, got {opts!r}")
+                self.keys(opts, TASK_KEYS, f" in task {name!r}")
+                entries.append((name, self.limit(opts.get("limit", limit), f"tasks.{name}.limit")))
+        else:
+            entries = [(name, limit) for name in self.strings(value, "tasks")]
+        for name, _ in entries:
+            try:
+                task_class(str(name))
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+        return entries
+
+    def decoders(self, value: Any, models: list[str]) -> list[tuple[str, tuple, frozenset | None]]:
+        from ..decoders import get
+
+        out = []
+        for entry in self.as_list(value, "decoders"):
+            if isinstance(entry, str):
+                entry = {"name": entry}
+            if not isinstance(entry, dict) or "name" not in entry:
+                raise self.fail(f"a decoder entry is a name or a mapping with 'name' (and 'params', 'models'), "
+                                f"got {entry!r}")
+            self.keys(entry, DECODER_KEYS, f" in decoder entry {entry.get('name')!r}")
+            name = entry["name"]
+            try:
+                cls = get(str(name))
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+            params = entry.get("params") or {}
+            if not isinstance(params, dict):
+                raise self.fail(f"decoder {name!r}: 'params' takes a mapping of hyperparameters, got {params!r}")
+            only = entry.get("models")
+            if only is not None:
+                only = frozenset(self.strings(only, f"decoders.{name}.models"))
+                unknown = sorted(only - set(models))
+                if unknown:
+                    raise self.fail(f"decoder {name!r} is restricted to model {unknown[0]!r}, which is not in "
+                                    f"'models': {', '.join(models)}")
+            grid = {k: self.as_list(v, f"decoders.{name}.params.{k}") for k, v in params.items()}
+            for values in itertools.product(*grid.values()):
+                strings = {k: str(v) for k, v in zip(grid, values)}
+                try:
+                    hyper = cls.Params.from_strings(name, strings)
+                except RippleError as exc:
+                    raise self.fail(str(exc)) from None
+                out.append((name, tuple(sorted(hyper.to_dict().items())), only))
+        return out
+
+    def caches(self, value: Any) -> list[str]:
+        from ..decoders import CACHE_POLICIES
+
+        caches = self.strings(value, "caches")
+        for cache in caches:
+            if cache not in CACHE_POLICIES:
+                raise self.fail(f"unknown cache policy {cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
+        return caches
+
+    def decoder_caches(self, name: str, caches: list[str]) -> None:
+        from ..decoders import get
+
+        supported = get(name).supported_caches
+        for cache in caches:
+            if cache not in supported:
+                raise self.fail(f"decoder {name!r} does not support cache {cache!r}; supported: {', '.join(supported)}")
+
+    def lengths(self, gens: list[int], blocks: list[int]) -> None:
+        from .engine import GenerationConfig
+
+        for gen, block in itertools.product(gens, blocks):
+            try:
+                GenerationConfig(gen, block)
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+
+    def workers(self, value: Any) -> WorkerSpec:
+        if not isinstance(value, dict):
+            raise self.fail(f"'workers' takes a mapping ({', '.join(WORKER_KEYS)}), got {value!r}")
+        self.keys(value, WORKER_KEYS, " in 'workers'")
+        count = value.get("count")
+        if count is not None:
+            count = self.positive_ints(count, "workers.count")[0]
+        cpus = self.positive_ints(value.get("cpus", 1), "workers.cpus")[0]
+        gpus = self.positive_ints(value.get("gpus", 1), "workers.gpus")[0]
+        device = value.get("device", "auto")
+        if device not in WORKER_DEVICES:
+            raise self.fail(f"unknown workers.device {device!r}; accepted: {', '.join(WORKER_DEVICES)}")
+        restarts = value.get("max_restarts", 2)
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            raise self.fail(f"'workers.max_restarts' takes a non-negative integer, got {restarts!r}")
+        return WorkerSpec(device, count, cpus, gpus, restarts)

@@ -1,0 +1,66 @@
+"""MBPP as lm-evaluation-harness's `mbpp`: 3-shot (task ids 2, 3, 4), test ids 11-510, pass@1.
+
+Prompts use the original paper's wording with [BEGIN]/[DONE]; the shots show their
+code then "[DONE]". The program run is the completion (cut at "[DONE]") followed by
+the three asserts. Like the harness, `test_setup_code` is not run, so the few items
+that need it fail even with their reference code (`ripple tasks verify mbpp` names them).
+"""
+from __future__ import annotations
+
+import ast
+
+from ripple.errors import RippleError
+from ripple.tasks.base import Example, Score, register_task
+from ripple.tasks.benchmark import BenchmarkTask
+from ripple.tasks.data import Source, load_rows
+from ripple.tasks.humaneval import score_program
+
+# Locally the full file holds every task id; on the hub, config `full` splits them.
+TEST = Source("google-research-datasets/mbpp", "full", "test", ("mbpp/mbpp.jsonl",))
+PROMPT_SPLIT = Source("google-research-datasets/mbpp", "full", "prompt", ("mbpp/mbpp.jsonl",))
+SHOT_IDS = (2, 3, 4)
+TEST_IDS = range(11, 511)
+FEWSHOT_DELIMITER = "\n\n"  # target_delimiter is ""
+# Reference 123 (amicable numbers below 10,000) needs about 4 CPU seconds, so the wall
+# clock allows for a loaded host running two programs per core.
+LIMITS = {"timeout_s": 30.0, "cpu_s": 15.0, "memory_mb": 1024}
+
+
+def doc_to_text(doc: dict) -> str:
+    tests = "\n".join(doc["test_list"][:3])
+    return (f"You are an expert Python programmer, and here is your task: {doc['text']} "
+            f"Your code should pass these tests:\n\n{tests}\n[BEGIN]\n")
+
+
+def shot_text(doc: dict) -> str:
+    return doc_to_text(doc) + doc["code"] + "\n[DONE]"
+
+
+@register_task
+class MBPP(BenchmarkTask):
+    name = "mbpp"
+    metric = "pass@1"
+    stop_sequences = ("[DONE]",)
+    hub_ids = ("google-research-datasets/mbpp",)
+
+    def build(self) -> list[Example]:
+        by_id = {row["task_id"]: row for row in load_rows(self.name, TEST, self.data_dir)}
+        shots = {row["task_id"]: row for row in load_rows(self.name, PROMPT_SPLIT, self.data_dir)}
+        missing = [i for i in SHOT_IDS if i not in shots]
+        if missing:
+            raise RippleError(f"task mbpp: shot task ids {missing} are missing from the data")
+        context = "".join(shot_text(shots[i]) + FEWSHOT_DELIMITER for i in SHOT_IDS)
+        return [Example(id=str(i), prompt=context + doc_to_text(by_id[i]), reference=by_id[i]["code"],
+                        tests=tuple(by_id[i]["test_list"])) for i in TEST_IDS if i in by_id]
+
+    def score(self, example: Example, completion: str) -> Score:
+        return score_program(completion, example.tests, LIMITS)
+
+    def wrong_completion(self, example: Example) -> str:
+        """The reference code with every top-level function then redefined to return None."""
+        try:
+            names = [n.name for n in ast.parse(example.reference.replace("\r\n", "\n")).body
+                     if isinstance(n, ast.FunctionDef)]
+        except SyntaxError:
+            names = []
+        return example.reference + "\n" + "".join(f"\ndef {n}(*args, **kwargs):\n    return None\n" for n in names)

@@ -1,0 +1,90 @@
+"""Helpers for the grid tests: a Ray-safe environment, `ripple grid` subprocesses, store polling.
+
+Every Ray process a test starts runs on loopback with token auth set the same way on
+every side (driver, `ray start`, `ray job submit`), from an in-memory token, so nothing is
+written to ~/.ray and `ray job submit` never meets the "Missing authentication token" trap.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ripple.errors import RippleError
+from ripple.platform.store import ResultStore
+
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # loopback only
+    "RAY_AUTH_MODE": "token",
+    "RAY_AUTH_TOKEN": secrets.token_hex(16),
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "OMP_NUM_THREADS": "1",
+    "TQDM_DISABLE": "1",
+}
+
+
+def env(**extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "RIPPLE_STORE")}
+    return {**out, **RAY_ENV, **extra}
+
+
+def grid_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ripple.cli", "grid", *args]
+
+
+def run_grid(*args: str, timeout: float = 300) -> dict:
+    """`ripple grid ... --json` to completion; its JSON summary."""
+    proc = subprocess.run(grid_cmd(*args, "--json"), capture_output=True, text=True, env=env(), timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # the summary is the last line (Ray may print before it)
+
+
+def start_grid(*args: str) -> subprocess.Popen:
+    """A driver in its own process group, so a test can SIGKILL it and everything it started."""
+    return subprocess.Popen(grid_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env(), start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the driver, then whatever it started that outlived it (Ray's per-node agents do)."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver led its own group (start_new_session)
+    except ProcessLookupError:
+        pass
+
+
+def stored(store: ResultStore):
+    """Rows in the store right now; tolerates a part file being renamed or compacted under us."""
+    for _ in range(20):
+        try:
+            return store.read_all()
+        except (RippleError, FileNotFoundError):
+            time.sleep(0.1)
+    return store.read_all()
+
+
+def wait_for_records(store: ResultStore, count: int, proc: subprocess.Popen, timeout: float = 240):
+    """Poll until the store holds at least `count` rows; fail if the driver exits first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        rows = stored(store)
+        if rows.height >= count:
+            return rows
+        if proc.poll() is not None:
+            raise AssertionError(f"driver exited ({proc.returncode}) before {count} records: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"no {count} records within {timeout}s")
+
+
+def write_spec(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
