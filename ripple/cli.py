@@ -33,7 +33,12 @@ _EPILOG = {
   ripple grid my-grid.yaml --experiment try1 --limit 5 --store results
   ripple grid paper-table1 --dry-run                   # validate and count cells, run nothing
   ray job submit --working-dir . -- ripple grid paper-table1 --store ~/ripple-results   # on a cluster""",
-
+    "sweep": """examples:
+  ripple sweep tiny-demo --experiment tiny-sweep --limit 20   # shipped spec: 4 RPS trials on ripple-tiny
+  ripple sweep rps-lambda --experiment sweep-lambda           # the paper's lambda sweep (GPU workers)
+  ripple sweep rps-table3 --experiment sweep-table3 --trials 16 --store ~/ripple-results
+  ripple sweep my-sweep.yaml --experiment try1 --dry-run      # validate and print the plan, run nothing
+  ripple report tiny-sweep                                    # the trials in the sensitivity table""",
     "ui": """examples:
   ripple ui                                            # MLflow UI on http://127.0.0.1:5000 for ./results
   ripple ui --store ~/ripple-results --port 5001""",
@@ -258,6 +263,24 @@ def cmd_grid(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .platform.grid import default_store
+    from .sweeps.run import format_table, run_sweep, summary_json
+    from .sweeps.spec import load_sweep_spec
+
+    spec = load_sweep_spec(args.spec).with_overrides(experiment=args.experiment, limit=args.limit,
+                                                     trials=args.trials, data_dir=args.data_dir)
+    if args.workers is not None and args.workers < 1:
+        raise RippleError(f"--workers must be positive, got {args.workers}")
+    if args.dry_run:
+        print(spec.describe())
+        return 0
+    run = run_sweep(spec, args.store or default_store(), tracking_uri=args.tracking_uri, track=not args.no_tracking,
+                    progress=not args.json, workers=args.workers)
+    print(summary_json(run) if args.json else format_table(run))
+    return 0
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     import os
 
@@ -377,6 +400,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     r.set_defaults(func=cmd_grid)
 
+    sw = sub.add_parser("sweep", help="Ray Tune over a decoder's hyperparameters; names the Pareto front",
+                        epilog=_EPILOG["sweep"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sw.add_argument("spec", help="sweep spec YAML, or a shipped spec name: tiny-demo, rps-lambda, rps-table3")
+    sw.add_argument("--experiment", default=None, help="experiment name (default: the spec's `experiment`, "
+                    "else sweep-SPECNAME)")
+    sw.add_argument("--store", default=None, help="result store directory (default: as for `ripple grid`)")
+    sw.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")
+    sw.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    sw.add_argument("--limit", type=int, default=None, help="at most N samples per task")
+    sw.add_argument("--trials", type=int, default=None, help="number of trials of a random or optuna search")
+    sw.add_argument("--workers", type=int, default=None, help="number of model workers (default: as for `ripple grid`)")
+    sw.add_argument("--data-dir", default=None, help="local benchmark data (default: the spec's, $RIPPLE_DATA_DIR, hub)")
+    sw.add_argument("--dry-run", action="store_true", help="validate the spec and print the plan; run nothing")
+    sw.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    sw.set_defaults(func=cmd_sweep)
 
     u = sub.add_parser("ui", help="open the MLflow UI on a grid store (localhost only)", epilog=_EPILOG["ui"],
                        formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -34,7 +34,7 @@ class HyperParams:
     def __post_init__(self):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            kind = _kind(f)
+            kind = field_kind(f)
             meta = f.metadata
             pub = public_name(f)
             ok = isinstance(value, kind) and not isinstance(value, bool)
@@ -69,7 +69,7 @@ class HyperParams:
                 accepted = ", ".join(fields) or "(none)"
                 raise RippleError(f"decoder {decoder!r} has no hyperparameter {key!r}; accepted: {accepted}")
             f = fields[key]
-            kind = _kind(f)
+            kind = field_kind(f)
             try:
                 value = kind(raw) if kind is not int else int(raw, 10)
             except ValueError:
@@ -87,6 +87,6 @@ def public_name(f: dataclasses.Field) -> str:
     return f.metadata.get("name") or f.name
 
 
-def _kind(f: dataclasses.Field) -> type:
+def field_kind(f: dataclasses.Field) -> type:
     t = f.type if isinstance(f.type, type) else {"float": float, "int": int}.get(str(f.type), float)
     return t

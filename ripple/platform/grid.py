@@ -128,7 +128,7 @@ def connect_ray() -> bool:
     return True
 
 
-def _pool_shape(workers: WorkerSpec, override_count: int | None, needed: int) -> tuple[int, float, float]:
+def pool_shape(workers: WorkerSpec, override_count: int | None, needed: int) -> tuple[int, float, float]:
     """(count, cpus, gpus) per worker: `gpus` GPUs each where the cluster has GPUs (or the spec asks
     for them: an autoscaling cluster adds GPU nodes for pending workers), else `cpus` CPUs each."""
     import ray
@@ -144,7 +144,7 @@ def _pool_shape(workers: WorkerSpec, override_count: int | None, needed: int) ->
     return max(1, min(count, needed)), float(workers.cpus), num_gpus
 
 
-class _Pool:
+class WorkerPool:
     """The worker actors of one model, ready (model loaded) once constructed. An actor whose
     restarts are exhausted is set to None and gets no more samples."""
 
@@ -185,7 +185,7 @@ def _root_cause(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def _stream(pool: _Pool, items: list[WorkItem], sink: Callable[[list[SampleRecord]], None]) -> None:
+def stream_items(pool: WorkerPool, items: list[WorkItem], sink: Callable[[list[SampleRecord]], None]) -> None:
     """Send `items` to the pool, at most DEPTH in flight per worker; hand records to `sink` as they finish."""
     import ray
 
@@ -363,8 +363,8 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
     try:
         for (model, dtype), group in groups.items():
             t0 = time.perf_counter()
-            count, cpus, gpus = _pool_shape(spec.workers, workers, len(group))
-            pool = _Pool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus)
+            count, cpus, gpus = pool_shape(spec.workers, workers, len(group))
+            pool = WorkerPool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus)
             run.workers += pool.infos
             t1 = time.perf_counter()
             run.startup_seconds += t1 - t0
@@ -372,7 +372,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
                 bar = tqdm(total=len(todo), disable=not progress, unit="sample", dynamic_ncols=True,
                            mininterval=0.5, desc=_progress_text(run, per_cell, total))
             try:
-                _stream(pool, group, sink)
+                stream_items(pool, group, sink)
             finally:
                 run.stream_seconds += time.perf_counter() - t1
                 pool.close()

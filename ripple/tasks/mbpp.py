@@ -8,6 +8,7 @@ that need it fail even with their reference code (`ripple tasks verify mbpp` nam
 from __future__ import annotations
 
 import ast
+import warnings
 
 from ripple.errors import RippleError
 from ripple.tasks.base import Example, Score, register_task
@@ -59,8 +60,11 @@ class MBPP(BenchmarkTask):
     def wrong_completion(self, example: Example) -> str:
         """The reference code with every top-level function then redefined to return None."""
         try:
-            names = [n.name for n in ast.parse(example.reference.replace("\r\n", "\n")).body
-                     if isinstance(n, ast.FunctionDef)]
+            with warnings.catch_warnings():  # some references have invalid escapes such as "\w" in plain strings
+                warnings.simplefilter("ignore", SyntaxWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                tree = ast.parse(example.reference.replace("\r\n", "\n"))
+            names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
         except SyntaxError:
             names = []
         return example.reference + "\n" + "".join(f"\ndef {n}(*args, **kwargs):\n    return None\n" for n in names)

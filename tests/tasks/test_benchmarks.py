@@ -147,7 +147,8 @@ def test_a_code_reference_is_scored_through_the_sandbox(data):
     assert task.score(ex, ex.reference).correct
     looping = "    while True:\n        pass\n"
     score = task.score(ex, looping)
-    assert not score.correct and score.details["timed_out"]
+    # the CPU limit (6 s) stops a busy loop before the wall clock (10 s) unless the host is loaded
+    assert not score.correct and (score.details["timed_out"] or score.details["error"] == "killed by SIGXCPU")
 
 
 def _cli(*args, env_extra=None, timeout=600):

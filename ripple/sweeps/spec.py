@@ -1,0 +1,258 @@
+"""Sweep specs: YAML -> a validated `SweepSpec`.
+
+A sweep fixes one model, a task subset and one decoder, and searches that decoder's
+hyperparameters (`space`, derived from its dataclass; see `spaces.py`). Every trial
+evaluates one cell per task, with the same cell ids a grid would give the same settings,
+so `ripple report` treats a sweep's cells like any grid's. Validation happens before
+Ray starts and every problem is one line naming the spec and the key.
+
+Example (`specs/tiny-demo.yaml` is another):
+
+    model: ripple-tiny
+    tasks: {arith: {limit: 20}, pyfunc: {limit: 20}}
+    decoder: rps
+    search: grid               # grid | random | optuna
+    space: {lambda: [0.0, 0.2, 0.5]}
+    metric: accuracy           # accuracy | tps | mean_nfe | speedup | score (weights: {accuracy: 1, tps: 0.05})
+    baseline: true             # also evaluate `default` once: speedups
+    gen_length: 48
+    block_length: 16
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RippleError
+from ..platform.spec import Cell, GridSpec, WorkerSpec, _Parser
+from ..platform.store import check_name
+from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
+
+SPECS_DIR = Path(__file__).resolve().parent / "specs"
+TOP_KEYS = ("experiment", "description", "model", "tasks", "limit", "decoder", "space", "search", "num_samples",
+            "metric", "mode", "weights", "grid_points", "baseline", "gen_length", "block_length", "cache", "seed",
+            "dtype", "chat", "split", "stop_at_eos", "data_dir", "workers", "concurrent_trials")
+METRICS = ("accuracy", "mean_nfe", "tps", "canvas_tps", "speedup", "score")
+DEFAULT_MODE = {"accuracy": "max", "mean_nfe": "min", "tps": "max", "canvas_tps": "max", "speedup": "max",
+                "score": "max"}
+WEIGHT_KEYS = ("accuracy", "mean_nfe", "tps", "speedup")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep: what every trial evaluates, and how Tune searches."""
+
+    path: str
+    experiment: str
+    model: str
+    tasks: tuple[tuple[str, int | None], ...]  # (task, samples per cell)
+    decoder: str
+    space: SearchSpace
+    search: str  # grid | random | optuna
+    num_samples: int  # grid: repeats of the whole grid; random/optuna: trials
+    metric: str
+    mode: str
+    weights: tuple[tuple[str, float], ...]  # the scalarisation behind metric `score`
+    baseline: bool
+    gen_length: int
+    block_length: int
+    cache: str
+    seed: int
+    dtype: str
+    chat: bool
+    split: str
+    stop_at_eos: bool
+    data_dir: str | None
+    workers: WorkerSpec
+    concurrent_trials: int | None = None  # None: one per worker
+    description: str = ""
+
+    def cells_for(self, decoder: str, params: dict[str, Any]) -> tuple[Cell, ...]:
+        """One cell per task for `decoder` with every hyperparameter in `params` (public names)."""
+        ordered = tuple(sorted(params.items()))
+        return tuple(Cell(self.model, task, decoder, ordered, self.gen_length, self.block_length, self.cache, self.seed,
+                          self.dtype, self.chat, self.split, self.stop_at_eos, limit) for task, limit in self.tasks)
+
+    def baseline_cells(self) -> tuple[Cell, ...]:
+        from ..decoders import get
+
+        return self.cells_for("default", get("default").Params().to_dict())
+
+    def grid_spec(self, cells: tuple[Cell, ...]) -> GridSpec:
+        """`cells` as a grid spec, so the grid's summaries (and their speedup rules) apply unchanged."""
+        return GridSpec(self.path, self.experiment, cells, self.data_dir, self.workers, self.description)
+
+    def trial_count(self) -> int:
+        return self.space.grid_size() * self.num_samples if self.search == "grid" else self.num_samples
+
+    def with_overrides(self, *, experiment: str | None = None, limit: int | None = None,
+                       trials: int | None = None, data_dir: str | None = None) -> "SweepSpec":
+        """The command line's --experiment, --limit (per task), --trials and --data-dir."""
+        out = self
+        if experiment is not None:
+            out = replace(out, experiment=check_name("experiment", experiment))
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise RippleError(f"--limit must be a positive number of samples per task, got {limit}")
+            out = replace(out, tasks=tuple((t, limit if n is None else min(n, limit)) for t, n in out.tasks))
+        if trials is not None:
+            if out.search == "grid":
+                raise RippleError(f"--trials applies to random and optuna searches; this grid search runs all "
+                                  f"{out.space.grid_size()} combinations (edit 'space' to change them)")
+            if trials < 1:
+                raise RippleError(f"--trials must be positive, got {trials}")
+            out = replace(out, num_samples=trials)
+        if data_dir is not None:
+            out = replace(out, data_dir=data_dir)
+        return out
+
+    def describe(self) -> str:
+        tasks = ", ".join(f"{t} ({'all' if n is None else n})" for t, n in self.tasks)
+        dims = "; ".join(d.describe() for d in self.space.dims)
+        fixed = ", ".join(f"{k}={v}" for k, v in self.space.fixed)
+        return (f"sweep {self.experiment}: {self.decoder} on {self.model}, tasks {tasks}; {self.search} search, "
+                f"{self.trial_count()} trials over {dims}" + (f"; fixed {fixed}" if fixed else "")
+                + f"; {self.metric} ({self.mode})" + ("; with default baseline" if self.baseline else ""))
+
+
+def shipped_sweep_specs() -> list[str]:
+    return sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
+
+
+def resolve_sweep_path(spec: str) -> Path:
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path
+    shipped = SPECS_DIR / f"{spec}.yaml"
+    if "/" not in spec and shipped.exists():
+        return shipped
+    raise RippleError(f"sweep spec {spec!r} not found; give a YAML file or a shipped spec: "
+                      f"{', '.join(shipped_sweep_specs())}")
+
+
+def load_sweep_spec(spec: str) -> SweepSpec:
+    """Read and validate a sweep spec file (or a shipped spec's name)."""
+    path = resolve_sweep_path(spec)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise RippleError(f"cannot read sweep spec {path} ({reason})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise RippleError(f"sweep spec {path} is not valid YAML: {getattr(exc, 'problem', None) or 'error'}{where}") \
+            from None
+    return parse_sweep_spec(raw, str(path), default_experiment=f"sweep-{path.stem}")
+
+
+def parse_sweep_spec(raw: Any, where: str, default_experiment: str = "sweep") -> SweepSpec:
+    """Validate a loaded YAML document; every error is one line prefixed by `where`."""
+    return _SweepParser(where).sweep(raw, default_experiment)
+
+
+class _SweepParser(_Parser):
+    """The grid spec's checks (model, tasks, caches, lengths, workers), with sweep wording."""
+
+    def fail(self, message: str) -> RippleError:
+        return RippleError(f"sweep spec {self.where}: {message}")
+
+    def one(self, value: Any, key: str, kind: type, default: Any = None) -> Any:
+        if value is None:
+            return default
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise self.fail(f"{key!r} takes one {kind.__name__} value, got {value!r}")
+        return value
+
+    def sweep(self, raw: Any, default_experiment: str) -> SweepSpec:
+        from ..decoders import get
+
+        if not isinstance(raw, dict):
+            raise self.fail(f"expected a mapping of keys ({', '.join(TOP_KEYS)}), got {type(raw).__name__}")
+        self.keys(raw, TOP_KEYS, "")
+        for key in ("model", "tasks", "decoder", "gen_length", "block_length"):
+            if key not in raw:
+                raise self.fail(f"missing key {key!r}; required: model, tasks, decoder, gen_length, block_length")
+        experiment = raw.get("experiment", default_experiment)
+        try:
+            check_name("experiment", experiment)
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
+        model = self.one(raw["model"], "model", str)
+        self.model(model)
+        tasks = tuple(self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit")))
+        decoder = self.one(raw["decoder"], "decoder", str)
+        try:
+            get(decoder)
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
+        points = self.positive_ints(raw.get("grid_points", DEFAULT_POINTS), "grid_points")[0]
+        try:
+            space = derive_space(decoder, raw.get("space"), points=points)
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
+        search = raw.get("search", "grid")
+        if search not in SEARCHES:
+            raise self.fail(f"unknown search {search!r}; accepted: {', '.join(SEARCHES)}")
+        default_samples = 1 if search == "grid" else 8
+        num_samples = self.positive_ints(raw.get("num_samples", default_samples), "num_samples")[0]
+        metric = raw.get("metric", "accuracy")
+        if metric not in METRICS:
+            raise self.fail(f"unknown metric {metric!r}; accepted: {', '.join(METRICS)}")
+        mode = raw.get("mode", DEFAULT_MODE[metric])
+        if mode not in ("max", "min"):
+            raise self.fail(f"'mode' takes max or min, got {mode!r}")
+        weights = self.weights(raw.get("weights"), metric)
+        baseline = self.flag(raw.get("baseline", True), "baseline")
+        if not baseline and (metric == "speedup" or any(k == "speedup" for k, _ in weights)):
+            raise self.fail("metric 'speedup' needs the default baseline; set 'baseline: true'")
+        gen = self.positive_ints(raw["gen_length"], "gen_length")
+        block = self.positive_ints(raw["block_length"], "block_length")
+        if len(gen) != 1 or len(block) != 1:
+            raise self.fail("a sweep takes one gen_length and one block_length (a grid spec compares several)")
+        self.lengths(gen, block)
+        cache = self.one(raw.get("cache"), "cache", str, "none")
+        self.caches([cache])
+        self.decoder_caches(decoder, [cache])
+        if baseline:
+            self.decoder_caches("default", [cache])
+        seed = self.ints(raw.get("seed", 0), "seed")
+        if len(seed) != 1:
+            raise self.fail("a sweep takes one 'seed'")
+        dtype = raw.get("dtype", "auto")
+        from ..platform.spec import DTYPES
+
+        if dtype not in DTYPES:
+            raise self.fail(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
+        split = self.one(raw.get("split"), "split", str, "test")
+        data_dir = self.one(raw.get("data_dir"), "data_dir", str)
+        description = self.one(raw.get("description"), "description", str, "")
+        concurrent = raw.get("concurrent_trials")
+        if concurrent is not None:
+            concurrent = self.positive_ints(concurrent, "concurrent_trials")[0]
+        return SweepSpec(
+            path=self.where, experiment=experiment, model=model, tasks=tasks, decoder=decoder, space=space,
+            search=search, num_samples=num_samples, metric=metric, mode=mode, weights=weights, baseline=baseline,
+            gen_length=gen[0], block_length=block[0], cache=cache, seed=seed[0], dtype=dtype,
+            chat=self.flag(raw.get("chat", False), "chat"), split=split,
+            stop_at_eos=self.flag(raw.get("stop_at_eos", False), "stop_at_eos"), data_dir=data_dir,
+            workers=self.workers(raw.get("workers", {})), concurrent_trials=concurrent, description=description)
+
+    def weights(self, value: Any, metric: str) -> tuple[tuple[str, float], ...]:
+        if value is None:
+            if metric == "score":
+                raise self.fail(f"metric 'score' needs 'weights', e.g. {{accuracy: 1.0, tps: 0.05}} "
+                                f"(accepted keys: {', '.join(WEIGHT_KEYS)})")
+            return ()
+        if metric != "score":
+            raise self.fail("'weights' applies to metric 'score' only")
+        if not isinstance(value, dict) or not value:
+            raise self.fail(f"'weights' takes a mapping of {', '.join(WEIGHT_KEYS)} to numbers, got {value!r}")
+        self.keys(value, WEIGHT_KEYS, " in 'weights'")
+        for k, w in value.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)):
+                raise self.fail(f"weights.{k} takes a number, got {w!r}")
+        return tuple(sorted((k, float(w)) for k, w in value.items()))

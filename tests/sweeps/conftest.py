@@ -1,0 +1,14 @@
+import pytest
+
+from tests.platform.gridtools import RAY_ENV
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_sweep_env(tmp_path, monkeypatch):
+    """Sweeps inside a test store into tmp_path, track into SQLite there, and run Ray on loopback."""
+    monkeypatch.setenv("RIPPLE_STORE", str(tmp_path / "results"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for key in ("RAY_USAGE_STATS_ENABLED", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN",
+                "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TQDM_DISABLE"):
+        monkeypatch.setenv(key, RAY_ENV[key])

@@ -1,0 +1,166 @@
+"""A real 4-trial sweep on ripple-tiny: Ray Tune, shared workers, MLflow (SQLite) and the store agree.
+
+One Ray instance serves the module (started by the first test, as `ripple sweep` would), so
+the driver's own start-up is paid once; each `run_sweep` then joins it and leaves it running.
+"""
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ripple.cli import main
+from ripple.dashboards.pareto import ACCURACY_NFE, ACCURACY_TPS, pareto_front
+from ripple.platform.store import ResultStore
+from ripple.sweeps.run import run_sweep, trial_frame
+from ripple.sweeps.spec import parse_sweep_spec
+
+pytestmark = pytest.mark.slow
+
+SPEC = {"experiment": "tiny-sweep", "model": "ripple-tiny", "tasks": {"arith": {"limit": 3}, "pyfunc": {"limit": 2}},
+        "decoder": "rps", "search": "grid", "space": {"tau": [0.6, 0.9], "lambda": [0.0, 0.3]},
+        "metric": "accuracy", "baseline": True, "gen_length": 48, "block_length": 16, "dtype": "float32",
+        "workers": {"cpus": 1}}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    from tests.platform.gridtools import RAY_ENV
+
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in RAY_ENV.items():
+            mp.setenv(k, v)
+        # this process imported Ray at collection, when it read its auth mode (unset: disabled), so the
+        # in-process cluster must start with auth disabled too; it listens on loopback only
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        mp.delenv("RAY_AUTH_TOKEN", raising=False)
+        mp.delenv("RAY_ADDRESS", raising=False)
+        import ray
+
+        from ripple.platform.grid import connect_ray
+
+        connect_ray()
+        yield
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def swept(ray_local, tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    spec = parse_sweep_spec(SPEC, "test-sweep.yaml")
+    run = run_sweep(spec, root / "store", tracking_uri=uri, progress=False)
+    return run, root, uri
+
+
+def _client(uri):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _store_metrics(frame: pl.DataFrame) -> tuple[float, float, float]:
+    """Accuracy (mean of per-task percent correct), mean NFE, TPS recomputed from raw records."""
+    ok = frame.filter(pl.col("error").is_null())
+    per_task = ok.group_by("task").agg((pl.col("correct").cast(pl.Float64).mean() * 100).alias("acc"))
+    tps = ok["generated_tokens"].sum() / ok["decode_seconds"].sum()
+    return float(per_task["acc"].mean()), float(ok["nfe"].mean()), float(tps)
+
+
+def test_tune_results_store_and_mlflow_agree(swept):
+    run, root, uri = swept
+    assert len(run.trials) == 4 and all(t.agg is not None and t.error is None for t in run.trials)
+    assert sorted(dict(t.params)["tau"] for t in run.trials) == [0.6, 0.6, 0.9, 0.9]
+    assert {tuple(sorted(dict(t.params).items())) for t in run.trials} == {
+        (("lambda", lam), ("tau", tau)) for lam in (0.0, 0.3) for tau in (0.6, 0.9)}
+
+    # Tune's own record of each trial (result.json written by its JSON logger) matches the run's trials
+    tune_dirs = list((root / "store" / "tiny-sweep" / "sweep").glob(f"tune-{run.sweep_id}/*/result.json"))
+    assert len(tune_dirs) == 4
+    by_id = {t.trial_id: t for t in run.trials}
+    for path in tune_dirs:
+        result = json.loads(path.read_text().strip().splitlines()[-1])
+        t = by_id[result["trial_id"]]
+        assert result["config"] == dict(t.params)
+        assert result["accuracy"] == t.agg.accuracy and result["tps"] == t.agg.tps
+        assert result["cell_ids"].split(",") == list(t.cell_ids)
+
+    # the store: every trial cell has its samples, and the metrics recompute from the raw records
+    records = ResultStore(root / "store", "tiny-sweep").read()
+    assert records.height == 5 * 5  # (4 trials + default) x (3 arith + 2 pyfunc)
+    assert records["error"].null_count() == records.height
+    for t in run.trials:
+        assert len(t.cell_ids) == 2
+        rows = records.filter(pl.col("cell_id").is_in(list(t.cell_ids)))
+        assert sorted(rows.group_by("task").len().rows()) == [("arith", 3), ("pyfunc", 2)]
+        assert {json.loads(p)["tau"] for p in rows["params"]} == {dict(t.params)["tau"]}
+        acc, nfe, tps = _store_metrics(rows)
+        assert t.agg.accuracy == pytest.approx(acc) and t.agg.mean_nfe == pytest.approx(nfe)
+        assert t.agg.tps == pytest.approx(tps)
+        assert t.agg.speedup == pytest.approx(tps / run.baseline.tps)
+    base = records.filter(pl.col("decoder") == "default")
+    assert run.baseline.tps == pytest.approx(_store_metrics(base)[2])
+
+    # MLflow: one parent (the spec) and four children carrying the trials' params and metrics
+    client = _client(uri)
+    exp = client.get_experiment_by_name("tiny-sweep")
+    parent = client.get_run(run.parent_run_id)
+    assert parent.data.params["decoder"] == "rps" and parent.data.params["search"] == "grid"
+    assert parent.data.metrics["trials"] == 4.0
+    children = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert len(children) == 4
+    for child in children:
+        t = by_id[child.data.tags["ripple_trial_id"]]
+        assert child.info.status == "FINISHED"
+        assert child.data.params == {f"decoder.{k}": str(v) for k, v in t.params}
+        for key in ("accuracy", "mean_nfe", "tps", "speedup"):
+            assert child.data.metrics[key] == pytest.approx(getattr(t.agg, key))
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert artifacts == {"sweep_results.csv", "pareto.png"}
+    assert (run.out_dir / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_named_front_is_the_pareto_front_of_the_trial_table(swept):
+    run, _, _ = swept
+    table = pl.read_csv(run.out_dir / "sweep_results.csv")
+    ids = table["trial_id"].to_list()
+    acc, tps, nfe = table["accuracy"].to_list(), table["tps"].to_list(), table["mean_nfe"].to_list()
+    assert run.front_tps == [ids[i] for i in pareto_front(list(zip(acc, tps)), ACCURACY_TPS)]
+    assert run.front_nfe == [ids[i] for i in pareto_front(list(zip(acc, nfe)), ACCURACY_NFE)]
+    assert table["front_tps"].to_list() == [i in run.front_tps for i in ids]
+    assert trial_frame(run)["trial_id"].to_list() == ids
+    assert run.front_tps and run.front_nfe  # a non-empty front always exists
+
+
+def test_rerun_skips_stored_samples_and_report_lists_trials(swept, tmp_path, capsys):
+    run, root, uri = swept
+    spec = tmp_path / "spec.json"  # JSON is YAML
+    spec.write_text(json.dumps(SPEC))
+    before = ResultStore(root / "store", "tiny-sweep").read_all().height
+    assert main(["sweep", str(spec), "--store", str(root / "store"), "--tracking-uri", uri, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [t["computed"] for t in out["trials"]] == [0, 0, 0, 0]
+    assert out["workers"] == []  # every sample of the grid was stored: no model was loaded
+    assert ResultStore(root / "store", "tiny-sweep").read_all().height == before
+    again = {tuple(sorted(t["params"].items())): t["metrics"]["accuracy"] for t in out["trials"]}
+    assert again == {tuple(sorted(dict(t.params).items())): t.agg.accuracy for t in run.trials}
+
+    from ripple.dashboards.report import build_report, sensitivity_groups
+
+    report = build_report(root / "store", "tiny-sweep", tmp_path / "report", track=False)
+    groups = sensitivity_groups(report.cells)
+    assert sorted(g[0]["task"] for g in groups) == ["arith", "pyfunc"]
+    assert all(names == ["lambda", "tau"] and rows.height == 4 for _, rows, names in groups)
+
+
+def test_optuna_search_runs_on_the_shared_workers(ray_local, tmp_path):
+    spec = parse_sweep_spec({"model": "ripple-tiny", "tasks": {"arith": {"limit": 1}}, "decoder": "rps",
+                             "search": "optuna", "num_samples": 2, "space": {"k_max": {"lo": 2, "hi": 20}},
+                             "metric": "score", "weights": {"accuracy": 1.0, "tps": 0.01}, "baseline": False,
+                             "gen_length": 48, "block_length": 16, "dtype": "float32", "seed": 3}, "optuna.yaml")
+    run = run_sweep(spec, tmp_path / "store", track=False, progress=False)
+    assert len(run.trials) == 2 and all(t.agg and 2 <= dict(t.params)["k_max"] <= 20 for t in run.trials)
+    assert all(isinstance(dict(t.params)["k_max"], int) for t in run.trials)
+    assert run.parent_run_id is None and run.baseline is None and run.best in {t.trial_id for t in run.trials}
+    assert not math.isnan(run.trials[0].agg.tps)
