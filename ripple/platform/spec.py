@@ -228,18 +228,24 @@ class _Parser:
             raise self.fail(f"{key!r} takes a positive number of samples per cell, got {value!r}")
         return value
 
-    def spec(self, raw: Any, default_experiment: str) -> GridSpec:
+    def top(self, raw: Any, keys: tuple[str, ...], required: tuple[str, ...], default_experiment: str) -> str:
+        """Check a spec's top level (a mapping of known keys with the required ones); its experiment name."""
         if not isinstance(raw, dict):
-            raise self.fail(f"expected a mapping of keys ({', '.join(TOP_KEYS)}), got {type(raw).__name__}")
-        self.keys(raw, TOP_KEYS, "")
-        for key in ("models", "tasks", "decoders", "gen_lengths", "block_lengths"):
+            raise self.fail(f"expected a mapping of keys ({', '.join(keys)}), got {type(raw).__name__}")
+        self.keys(raw, keys, "")
+        for key in required:
             if key not in raw:
-                raise self.fail(f"missing key {key!r}; required: models, tasks, decoders, gen_lengths, block_lengths")
+                raise self.fail(f"missing key {key!r}; required: {', '.join(required)}")
         experiment = raw.get("experiment", default_experiment)
         try:
             check_name("experiment", experiment)
         except RippleError as exc:
             raise self.fail(str(exc)) from None
+        return experiment
+
+    def spec(self, raw: Any, default_experiment: str) -> GridSpec:
+        experiment = self.top(raw, TOP_KEYS, ("models", "tasks", "decoders", "gen_lengths", "block_lengths"),
+                              default_experiment)
         models = self.strings(raw["models"], "models")
         for model in models:
             self.model(model)

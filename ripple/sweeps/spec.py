@@ -170,17 +170,8 @@ class _SweepParser(_Parser):
     def sweep(self, raw: Any, default_experiment: str) -> SweepSpec:
         from ..decoders import get
 
-        if not isinstance(raw, dict):
-            raise self.fail(f"expected a mapping of keys ({', '.join(TOP_KEYS)}), got {type(raw).__name__}")
-        self.keys(raw, TOP_KEYS, "")
-        for key in ("model", "tasks", "decoder", "gen_length", "block_length"):
-            if key not in raw:
-                raise self.fail(f"missing key {key!r}; required: model, tasks, decoder, gen_length, block_length")
-        experiment = raw.get("experiment", default_experiment)
-        try:
-            check_name("experiment", experiment)
-        except RippleError as exc:
-            raise self.fail(str(exc)) from None
+        experiment = self.top(raw, TOP_KEYS, ("model", "tasks", "decoder", "gen_length", "block_length"),
+                              default_experiment)
         model = self.one(raw["model"], "model", str)
         self.model(model)
         tasks = tuple(self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit")))

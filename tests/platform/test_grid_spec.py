@@ -11,8 +11,8 @@ BENCHMARKS = ["gsm8k", "math500", "humaneval", "mbpp"]
 PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
 
 
-def test_the_four_shipped_specs_validate():
-    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "paper-table1"]
+def test_every_shipped_spec_validates():
+    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "paper-table1", "rps-tiny"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
