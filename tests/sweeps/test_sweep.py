@@ -30,11 +30,8 @@ def ray_local():
 
     with pytest.MonkeyPatch.context() as mp:
         for k, v in RAY_ENV.items():
-            mp.setenv(k, v)
-        # this process imported Ray at collection, when it read its auth mode (unset: disabled), so the
-        # in-process cluster must start with auth disabled too; it listens on loopback only
-        mp.setenv("RAY_AUTH_MODE", "disabled")
-        mp.delenv("RAY_AUTH_TOKEN", raising=False)
+            if not k.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
+                mp.setenv(k, v)
         mp.delenv("RAY_ADDRESS", raising=False)
         import ray
 
