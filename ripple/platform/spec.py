@@ -137,36 +137,42 @@ class GridSpec:
         return "\n".join(lines)
 
 
+def shipped_names(directory: Path) -> list[str]:
+    """The shipped specs of one kind: the YAML files' stems in `directory`."""
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
 def shipped_specs() -> list[str]:
-    return sorted(p.stem for p in GRIDS_DIR.glob("*.yaml"))
+    return shipped_names(GRIDS_DIR)
 
 
-def resolve_spec_path(spec: str) -> Path:
-    """A YAML path, or the name of a shipped spec (`demo`, `paper-table1`, ...)."""
+def read_yaml_spec(spec: str, directory: Path, kind: str) -> tuple[Path, Any]:
+    """(path, document) of a YAML file or of a shipped spec's name in `directory`; any problem
+    finding, reading or parsing it is one line naming the `kind` of spec ("grid", "sweep")."""
     path = Path(spec).expanduser()
-    if path.exists():
-        return path
-    shipped = GRIDS_DIR / f"{spec}.yaml"
-    if "/" not in spec and shipped.exists():
-        return shipped
-    raise RippleError(f"grid spec {spec!r} not found; give a YAML file or a shipped spec: {', '.join(shipped_specs())}")
-
-
-def load_spec(spec: str) -> GridSpec:
-    """Read, parse and validate a spec file (or shipped spec name) into its cells."""
-    path = resolve_spec_path(spec)
+    if not path.exists():
+        shipped = directory / f"{spec}.yaml"
+        if "/" in spec or not shipped.exists():
+            raise RippleError(f"{kind} spec {spec!r} not found; give a YAML file or a shipped spec: "
+                              f"{', '.join(shipped_names(directory))}")
+        path = shipped
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise RippleError(f"cannot read grid spec {path} ({reason})") from None
+        raise RippleError(f"cannot read {kind} spec {path} ({reason})") from None
     try:
-        raw = yaml.safe_load(text)
+        return path, yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise RippleError(f"grid spec {path} is not valid YAML: {problem}{where}") from None
+        raise RippleError(f"{kind} spec {path} is not valid YAML: {problem}{where}") from None
+
+
+def load_spec(spec: str) -> GridSpec:
+    """Read, parse and validate a spec file (or shipped spec name) into its cells."""
+    path, raw = read_yaml_spec(spec, GRIDS_DIR, "grid")
     return parse_spec(raw, str(path), default_experiment=path.stem)
 
 

@@ -24,10 +24,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from ..errors import RippleError
-from ..platform.spec import Cell, GridSpec, WorkerSpec, _Parser
+from ..platform.spec import Cell, GridSpec, WorkerSpec, _Parser, read_yaml_spec, shipped_names
 from ..platform.store import check_name
 from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
 
@@ -119,33 +118,12 @@ class SweepSpec:
 
 
 def shipped_sweep_specs() -> list[str]:
-    return sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
-
-
-def resolve_sweep_path(spec: str) -> Path:
-    path = Path(spec).expanduser()
-    if path.exists():
-        return path
-    shipped = SPECS_DIR / f"{spec}.yaml"
-    if "/" not in spec and shipped.exists():
-        return shipped
-    raise RippleError(f"sweep spec {spec!r} not found; give a YAML file or a shipped spec: "
-                      f"{', '.join(shipped_sweep_specs())}")
+    return shipped_names(SPECS_DIR)
 
 
 def load_sweep_spec(spec: str) -> SweepSpec:
     """Read and validate a sweep spec file (or a shipped spec's name)."""
-    path = resolve_sweep_path(spec)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise RippleError(f"cannot read sweep spec {path} ({reason})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise RippleError(f"sweep spec {path} is not valid YAML: {getattr(exc, 'problem', None) or 'error'}{where}") \
-            from None
+    path, raw = read_yaml_spec(spec, SPECS_DIR, "sweep")
     return parse_sweep_spec(raw, str(path), default_experiment=f"sweep-{path.stem}")
 
 
