@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-
 from .grid import default_store, format_table, run_grid
-from .spec import GRIDS_DIR, parse_spec
+from .spec import GRIDS_DIR, parse_spec, read_yaml_spec
 
 DEMO_SPEC = GRIDS_DIR / "demo.yaml"
 
 
 def demo_spec(model: str = "ripple-tiny", limit: int = 50, cache: str = "none"):
     """demo.yaml with the model, samples per cell and cache policy replaced."""
-    raw = yaml.safe_load(DEMO_SPEC.read_text())
+    _, raw = read_yaml_spec(str(DEMO_SPEC), GRIDS_DIR, "grid")
     raw.update(models=[model], limit=limit, caches=[cache])
     return parse_spec(raw, str(DEMO_SPEC))
 

@@ -9,10 +9,8 @@ that hangs anyway is killed and replaced, and that completion counts as wrong.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.pool
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures.process import BrokenProcessPool
 
 DEADLINE_S = 30.0  # per comparison, on top of math_verify's own 5 s parse and verify timeouts
 
@@ -29,23 +27,23 @@ def _show(parsed) -> str:
 
 
 class _Helper:
+    """One spawned worker process, replaced after a comparison that overran the deadline."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: multiprocessing.pool.Pool | None = None
 
-    def pool(self) -> ProcessPoolExecutor:
+    def pool(self) -> multiprocessing.pool.Pool:
         with self._lock:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                self._pool = multiprocessing.get_context("spawn").Pool(1)
             return self._pool
 
-    def reset(self, pool: ProcessPoolExecutor) -> None:
+    def reset(self, pool: multiprocessing.pool.Pool) -> None:
         with self._lock:
             if self._pool is pool:
                 self._pool = None
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.terminate()
 
 
 _HELPER = _Helper()
@@ -55,11 +53,8 @@ def math_equal(gold_solution: str, completion: str) -> tuple[bool, dict]:
     """(equivalent?, details): lm-eval's `math_verify` metric, verify(parse(solution), parse(completion))."""
     pool = _HELPER.pool()
     try:
-        ok, gold, got = pool.submit(_verify, gold_solution, completion).result(timeout=DEADLINE_S)
-    except FutureTimeout:
+        ok, gold, got = pool.apply_async(_verify, (gold_solution, completion)).get(timeout=DEADLINE_S)
+    except multiprocessing.TimeoutError:
         _HELPER.reset(pool)
         return False, {"math_verify": False, "error": f"comparison timed out after {DEADLINE_S:g}s"}
-    except BrokenProcessPool:
-        _HELPER.reset(pool)
-        return False, {"math_verify": False, "error": "the math-verify helper process died"}
     return ok, {"math_verify": ok, "gold_parsed": gold, "parsed": got}
