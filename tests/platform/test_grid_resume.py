@@ -12,13 +12,15 @@ from .gridtools import kill_group, run_grid, start_grid, stored, wait_for_record
 
 pytestmark = pytest.mark.slow
 
+# Default decoding at gen 128 takes about a second a sample here, so a kill lands between records
+# rather than after the whole grid (fast decoders finish 12 samples before a poll can see one).
 SPEC = """experiment: resume
 models: [ripple-tiny]
-tasks: [arith]
+tasks: [arith, pyfunc]
 limit: {limit}
-decoders: [default, confidence, eb_sampler]
-gen_lengths: [48]
-block_lengths: [16]
+decoders: [default]
+gen_lengths: [128]
+block_lengths: [32]
 """
 
 
@@ -29,15 +31,15 @@ def _fingerprints(store: ResultStore) -> dict:
 
 
 def test_driver_killed_three_times_resumes_without_loss_or_recompute(tmp_path):
-    spec = write_spec(tmp_path / "resume.yaml", SPEC.format(limit=4))
+    spec = write_spec(tmp_path / "resume.yaml", SPEC.format(limit=6))
     store_dir = tmp_path / "store"
     store = ResultStore(store_dir, "resume")
     args = (str(spec), "--store", str(store_dir))
     total = 12
     before_kills = []
-    for threshold in (1, 4, 8):  # three different points of the grid
+    for _ in range(3):  # three different points of the grid: each run stores at least one more sample
         proc = start_grid(*args, "--no-tracking")
-        wait_for_records(store, threshold, proc)
+        wait_for_records(store, len(_fingerprints(store)) + 1, proc)
         kill_group(proc)
         assert proc.returncode == -signal.SIGKILL
         before_kills.append(_fingerprints(store))
@@ -60,7 +62,7 @@ def test_driver_killed_three_times_resumes_without_loss_or_recompute(tmp_path):
 
 
 def test_killed_worker_process_is_restarted_and_the_grid_completes(tmp_path):
-    spec = write_spec(tmp_path / "fault.yaml", SPEC.format(limit=4).replace("experiment: resume",
+    spec = write_spec(tmp_path / "fault.yaml", SPEC.format(limit=6).replace("experiment: resume",
                                                                             "experiment: fault"))
     store_dir = tmp_path / "store"
     store = ResultStore(store_dir, "fault")
