@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from ..errors import RippleError
-from .store import check_name, dumps
+from .store import DecodeSettings, check_name, dumps
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
@@ -42,30 +42,20 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-@dataclass(frozen=True)
-class Cell:
+@dataclass(frozen=True, kw_only=True)
+class Cell(DecodeSettings):
     """One point of the grid. `cell_id` hashes every setting that can change a sample's result."""
 
     model: str
     task: str
     decoder: str
     params: tuple[tuple[str, Any], ...]  # every hyperparameter (defaults filled in), sorted by name
-    gen_length: int
-    block_length: int
-    cache: str
-    seed: int
-    dtype: str
-    chat: bool
-    split: str
-    stop_at_eos: bool
     limit: int | None  # samples per cell: the first `limit` examples (not part of the id)
 
     @property
     def settings(self) -> dict[str, Any]:
         return {"model": self.model, "task": self.task, "decoder": self.decoder, "params": dict(self.params),
-                "gen_length": self.gen_length, "block_length": self.block_length, "cache": self.cache,
-                "seed": self.seed, "dtype": self.dtype, "chat": self.chat, "split": self.split,
-                "stop_at_eos": self.stop_at_eos}
+                **self.decode_settings()}
 
     @property
     def cell_id(self) -> str:
@@ -77,8 +67,7 @@ class Cell:
 
     def baseline_key(self) -> tuple:
         """Cells sharing this key are compared with the same Default cell (speedup)."""
-        return (self.model, self.task, self.gen_length, self.block_length, self.cache, self.seed, self.dtype,
-                self.chat, self.split, self.stop_at_eos)
+        return (self.model, self.task, *self.decode_settings().values())
 
     def label(self) -> str:
         """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)`."""
@@ -279,7 +268,8 @@ class _Parser:
         for name, _, _ in decoders:
             self.decoder_caches(name, caches)
         cells = tuple(
-            Cell(model, task, name, params, gen, block, cache, seed, dtype, chat, split, stop, limit)
+            Cell(model=model, task=task, decoder=name, params=params, limit=limit, gen_length=gen, block_length=block,
+                 cache=cache, seed=seed, dtype=dtype, chat=chat, split=split, stop_at_eos=stop)
             for model, (task, limit), (name, params, only), gen, block, cache, seed
             in itertools.product(models, tasks, decoders, gens, blocks, caches, seeds)
             if only is None or model in only

@@ -15,9 +15,9 @@ import json
 import os
 import re
 import uuid
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, get_type_hints
 
 import polars as pl
 
@@ -26,8 +26,27 @@ from ..errors import RippleError
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-@dataclass(frozen=True)
-class SampleRecord:
+@dataclass(frozen=True, kw_only=True)
+class DecodeSettings:
+    """How a cell decodes beyond model, task, decoder and hyperparameters. Grid cells, sweep specs
+    and stored records all carry these, so one class holds the list (keyword-only, so a subclass
+    keeps its own positional fields first)."""
+
+    gen_length: int
+    block_length: int
+    cache: str
+    seed: int
+    dtype: str
+    chat: bool
+    split: str
+    stop_at_eos: bool
+
+    def decode_settings(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(DecodeSettings)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleRecord(DecodeSettings):
     """One decoded and scored sample (DESIGN.md section 6), as stored and as sent by workers."""
 
     experiment: str
@@ -37,14 +56,6 @@ class SampleRecord:
     task: str
     decoder: str
     params: str  # JSON of every hyperparameter, defaults included
-    gen_length: int
-    block_length: int
-    cache: str
-    seed: int
-    dtype: str
-    chat: bool
-    split: str
-    stop_at_eos: bool
     prompt_tokens: int | None = None
     completion: str | None = None
     generated_tokens: int | None = None
@@ -67,17 +78,19 @@ class SampleRecord:
         return self.cell_id, self.sample_id
 
 
-SCHEMA: dict[str, pl.DataType] = {
-    "experiment": pl.String, "cell_id": pl.String, "sample_id": pl.String, "model": pl.String,
-    "task": pl.String, "decoder": pl.String, "params": pl.String, "gen_length": pl.Int64,
-    "block_length": pl.Int64, "cache": pl.String, "seed": pl.Int64, "dtype": pl.String, "chat": pl.Boolean,
-    "split": pl.String, "stop_at_eos": pl.Boolean, "prompt_tokens": pl.Int64, "completion": pl.String,
-    "generated_tokens": pl.Int64, "nfe": pl.Int64, "lookahead_nfe": pl.Int64, "decode_seconds": pl.Float64,
-    "tps": pl.Float64, "canvas_tps": pl.Float64, "correct": pl.Boolean, "score": pl.String,
-    "error": pl.String, "worker_id": pl.String, "hardware": pl.String, "versions": pl.String,
-    "run_id": pl.String, "finished_at": pl.Float64,
-}
-assert list(SCHEMA) == [f.name for f in fields(SampleRecord)], "SCHEMA must list SampleRecord's fields in order"
+def _schema() -> dict[str, pl.DataType]:
+    """Parquet columns from SampleRecord's annotations: identity first, then settings, then results."""
+    polars_type = {str: pl.String, int: pl.Int64, float: pl.Float64, bool: pl.Boolean}
+    hints = get_type_hints(SampleRecord)
+    settings = [f.name for f in fields(DecodeSettings)]
+    own = [f for f in fields(SampleRecord) if f.name not in settings]
+    ordered = ([f.name for f in own if f.default is MISSING] + settings
+               + [f.name for f in own if f.default is not MISSING])
+    return {n: polars_type[next(t for t in getattr(hints[n], "__args__", (hints[n],)) if t is not type(None))]
+            for n in ordered}
+
+
+SCHEMA: dict[str, pl.DataType] = _schema()
 KEY = ["cell_id", "sample_id"]
 
 
@@ -90,7 +103,7 @@ def check_name(kind: str, name: str) -> str:
 
 
 def to_frame(records: Iterable[SampleRecord]) -> pl.DataFrame:
-    return pl.DataFrame([asdict(r) for r in records], schema=SCHEMA, orient="row")
+    return pl.DataFrame([asdict(r) for r in records], schema=SCHEMA)
 
 
 class ResultStore:

@@ -45,9 +45,7 @@ class WorkItem:
         values.setdefault("finished_at", time.time())
         return SampleRecord(
             experiment=self.experiment, cell_id=c.cell_id, sample_id=self.example.id, model=c.model, task=c.task,
-            decoder=c.decoder, params=c.params_json, gen_length=c.gen_length, block_length=c.block_length,
-            cache=c.cache, seed=c.seed, dtype=c.dtype, chat=c.chat, split=c.split, stop_at_eos=c.stop_at_eos,
-            run_id=self.run_id, **values)
+            decoder=c.decoder, params=c.params_json, run_id=self.run_id, **c.decode_settings(), **values)
 
 
 def hardware(device) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import RippleError
 from ..platform.spec import Cell, GridSpec, WorkerSpec, _Parser, read_yaml_spec, shipped_names
-from ..platform.store import check_name
+from ..platform.store import DecodeSettings, check_name
 from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -40,8 +40,8 @@ DEFAULT_MODE = {"accuracy": "max", "mean_nfe": "min", "tps": "max", "canvas_tps"
 WEIGHT_KEYS = ("accuracy", "mean_nfe", "tps", "speedup")
 
 
-@dataclass(frozen=True)
-class SweepSpec:
+@dataclass(frozen=True, kw_only=True)
+class SweepSpec(DecodeSettings):
     """A validated sweep: what every trial evaluates, and how Tune searches."""
 
     path: str
@@ -56,14 +56,6 @@ class SweepSpec:
     mode: str
     weights: tuple[tuple[str, float], ...]  # the scalarisation behind metric `score`
     baseline: bool
-    gen_length: int
-    block_length: int
-    cache: str
-    seed: int
-    dtype: str
-    chat: bool
-    split: str
-    stop_at_eos: bool
     data_dir: str | None
     workers: WorkerSpec
     concurrent_trials: int | None = None  # None: one per worker
@@ -72,8 +64,8 @@ class SweepSpec:
     def cells_for(self, decoder: str, params: dict[str, Any]) -> tuple[Cell, ...]:
         """One cell per task for `decoder` with every hyperparameter in `params` (public names)."""
         ordered = tuple(sorted(params.items()))
-        return tuple(Cell(self.model, task, decoder, ordered, self.gen_length, self.block_length, self.cache, self.seed,
-                          self.dtype, self.chat, self.split, self.stop_at_eos, limit) for task, limit in self.tasks)
+        return tuple(Cell(model=self.model, task=task, decoder=decoder, params=ordered, limit=limit,
+                          **self.decode_settings()) for task, limit in self.tasks)
 
     def baseline_cells(self) -> tuple[Cell, ...]:
         from ..decoders import get
