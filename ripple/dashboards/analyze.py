@@ -335,7 +335,7 @@ def run_analysis(model: str, task_name: str, *, limit: int = 20, out_dir: str | 
     """Figure 1 for `model` on the first `limit` test examples of `task_name`; writes out_dir."""
     import time
 
-    from tqdm import tqdm
+    from ..progress import progress as progress_bar
 
     from ..decoders import build
     from ..platform.engine import Engine, GenerationConfig
@@ -360,7 +360,7 @@ def run_analysis(model: str, task_name: str, *, limit: int = 20, out_dir: str | 
     started = time.perf_counter()
     points: list[RipplePoint] = []
     states = agree = commits = skipped = 0
-    bar = tqdm(examples, disable=not progress, desc=f"analyze {task.name}", unit="example")
+    bar = progress_bar(examples, disable=not progress, desc=f"analyze {task.name}", unit="example")
     for ex in bar:
         ids = encode_prompt(lm.tokenizer, ex.prompt, chat=chat)
         if len(ids) + gen_length > lm.max_positions:
@@ -378,7 +378,7 @@ def run_analysis(model: str, task_name: str, *, limit: int = 20, out_dir: str | 
         points += found
         states += n_states
         agree += n_agree
-        bar.set_postfix(points=len(points))
+        bar.set_postfix(points=len(points), refresh=False)
     bar.close()
     if not points:
         raise RippleError(f"no block state to analyse in {len(examples)} example(s) of {task.name!r}"

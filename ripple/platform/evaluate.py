@@ -92,7 +92,7 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
                   limit: int | None = None, split: str = "test", progress: bool = True, chat: bool = False,
                   on_sample: Callable[[SampleResult], None] | None = None) -> CellResult:
     """Decode and score the first `limit` examples of `task`, one at a time, in order."""
-    from tqdm import tqdm
+    from ..progress import progress as progress_bar
 
     from ..errors import RippleError
 
@@ -105,7 +105,8 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
     results: list[SampleResult] = []
     with ThreadPoolExecutor(max_workers=2) as pool:
         pending = []
-        bar = tqdm(examples, disable=not progress, desc=f"{task.name}/{decoder.name}", unit="sample", leave=False)
+        bar = progress_bar(examples, disable=not progress, desc=f"{task.name}/{decoder.name}", unit="sample",
+                           leave=False)
         for ex in bar:
             ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat)
             pending.append((ex, ids, out, text, pool.submit(task.score, ex, text)))

@@ -329,7 +329,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
              workers: int | None) -> None:
     """Stream `todo` through one worker pool per (model, dtype), storing each batch of records as it
     arrives and logging each cell to MLflow once its last sample is stored."""
-    from tqdm import tqdm
+    from ..progress import progress as progress_bar
 
     spec, store = run.spec, run.store
     per_cell = Counter(it.cell.cell_id for it in todo)  # samples still missing per cell
@@ -351,7 +351,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
             frame = store.read()
             complete = [it for it in items if per_cell[it.cell.cell_id] <= 0]  # speedup needs Default's cell
             tracker.log_cells([x for x in summarize(spec, complete, frame) if x.cell_id in finished], frame, spec.path)
-        bar.set_description(_progress_text(run, per_cell, total))
+        bar.set_description(_progress_text(run, per_cell, total), refresh=False)
         bar.update(len(records))
 
     t0 = time.perf_counter()
@@ -369,8 +369,8 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
             t1 = time.perf_counter()
             run.startup_seconds += t1 - t0
             if bar is None:  # after the first workers are up, so a start-up error stays one line
-                bar = tqdm(total=len(todo), disable=not progress, unit="sample", dynamic_ncols=True,
-                           mininterval=0.5, desc=_progress_text(run, per_cell, total))
+                bar = progress_bar(total=len(todo), disable=not progress, unit="sample", dynamic_ncols=True,
+                                   desc=_progress_text(run, per_cell, total))
             try:
                 stream_items(pool, group, sink)
             finally:

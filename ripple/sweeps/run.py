@@ -312,11 +312,11 @@ def _trial_bar(total: int, name: str, enabled: bool):
     """A Tune callback drawing a tqdm bar over finished trials (Tune's own reporter stays silent:
     verbose=0). Built on first use, so importing this module does not import Ray Tune."""
     from ray.tune import Callback
-    from tqdm import tqdm
+    from ..progress import progress as progress_bar
 
     class TrialBar(Callback):
         def __init__(self):
-            self.bar = tqdm(total=total, disable=not enabled, unit="trial", desc=f"{name}: trials",
+            self.bar = progress_bar(total=total, disable=not enabled, unit="trial", desc=f"{name}: trials",
                             dynamic_ncols=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info):

@@ -52,7 +52,7 @@ def _reason(score: Score, completion: str, gold: str) -> str:
 def verify_task(task: BenchmarkTask, limit: int | None = None, workers: int | None = None,
                 progress: bool = True) -> VerifyReport:
     """Score every example's gold and wrong completion; code runs in the sandbox on `workers` threads."""
-    from tqdm import tqdm
+    from ..progress import progress as progress_bar
 
     if not isinstance(task, BenchmarkTask):
         raise RippleError(f"task {task.name} has no reference solutions to verify; "
@@ -68,7 +68,7 @@ def verify_task(task: BenchmarkTask, limit: int | None = None, workers: int | No
 
     failures, passes, n_gold = [], [], 0
     with ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2)) as pool:
-        for ex, gold_score, cut, gold, wrong_score in tqdm(pool.map(check, examples), total=len(examples),
+        for ex, gold_score, cut, gold, wrong_score in progress_bar(pool.map(check, examples), total=len(examples),
                                                            disable=not progress, desc=f"verify {task.name}",
                                                            unit="example"):
             if gold_score.correct:

@@ -130,7 +130,7 @@ def export(model: DiffusionTransformer, out: Path, tokenizer, ids: dict, max_pos
 
 def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=print) -> dict:
     """Train (or resume) into cfg.out; returns a summary with the final loss and time."""
-    from tqdm import tqdm
+    from ...progress import progress as progress_bar
 
     from .tokenizer import build_tokenizer
 
@@ -161,7 +161,7 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
         log(f"resuming at step {start} of {cfg.steps}")
     batcher = Batcher(cfg, tokenizer, **ids)
     model.train()
-    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="train-tiny", unit="step")
+    bar = progress_bar(total=cfg.steps, initial=start, disable=not progress, desc="train-tiny", unit="step")
     t0 = time.perf_counter() - elapsed
     window: list[float] = []
 
@@ -190,7 +190,7 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
             mean = sum(window) / len(window)
             curve.append({"step": step + 1, "loss": mean, "seconds": time.perf_counter() - t0})
             window.clear()
-            bar.set_postfix(loss=f"{mean:.3f}")
+            bar.set_postfix(loss=f"{mean:.3f}", refresh=False)
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             save(step + 1)
     bar.close()
