@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Plan, Scheduler
+from ..decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Scheduler
 from ..errors import RippleError
 from .models.transformer import KVCache
 

@@ -137,7 +137,7 @@ def derive_space(decoder: str, overrides: Mapping[str, Any] | None = None, *, po
             continue
         dims.append(_dimension(cls, f, name, raw, points))
     if not dims:
-        raise RippleError(f"'space' fixes every hyperparameter it names; give at least one a range or values")
+        raise RippleError("'space' fixes every hyperparameter it names; give at least one a range or values")
     return SearchSpace(decoder, tuple(dims), tuple(sorted(fixed.items())))
 
 

@@ -1,7 +1,6 @@
 """Proposition 1 of the RPS paper (entropy-certified parallelism) on ripple-tiny's real distributions."""
 import math
 
-import pytest
 import torch
 
 from ripple.decoders.rps import RPS, RPSParams, entropy

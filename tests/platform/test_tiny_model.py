@@ -2,8 +2,6 @@
 import ast
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 

@@ -3,7 +3,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from ripple.cli import main
 

@@ -5,7 +5,6 @@ the driver's own start-up is paid once; each `run_sweep` then joins it and leave
 """
 import json
 import math
-from pathlib import Path
 
 import polars as pl
 import pytest
