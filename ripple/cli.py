@@ -82,6 +82,14 @@ def parse_ids(text: str) -> list[int]:
     return ids
 
 
+def add_store_args(p: argparse.ArgumentParser) -> None:
+    """--store and --tracking-uri, resolved alike by grid, sweep, report and ui."""
+    p.add_argument("--store", default=None, help="result store directory (default: $RIPPLE_STORE, else ./results; "
+                   "~/ripple-results inside a submitted Ray job)")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")
+
+
 def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = None, block_default: int | None = None) -> None:
     from .decoders import names
 
@@ -386,10 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=_EPILOG["grid"], formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("spec", help="grid spec YAML, or a shipped spec name: demo, paper-table1, length-robustness, kv-cache")
     r.add_argument("--experiment", default=None, help="experiment name (default: the spec's `experiment`)")
-    r.add_argument("--store", default=None, help="result store directory (default: $RIPPLE_STORE, else ./results; "
-                   "~/ripple-results inside a submitted Ray job)")
-    r.add_argument("--tracking-uri", default=None,
-                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")
+    add_store_args(r)
     r.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     r.add_argument("--limit", type=int, default=None, help="at most N samples per cell")
     r.add_argument("--workers", type=int, default=None, help="number of workers (default: one per GPU, else per "
@@ -405,9 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("spec", help="sweep spec YAML, or a shipped spec name: tiny-demo, rps-lambda, rps-table3")
     sw.add_argument("--experiment", default=None, help="experiment name (default: the spec's `experiment`, "
                     "else sweep-SPECNAME)")
-    sw.add_argument("--store", default=None, help="result store directory (default: as for `ripple grid`)")
-    sw.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")
+    add_store_args(sw)
     sw.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     sw.add_argument("--limit", type=int, default=None, help="at most N samples per task")
     sw.add_argument("--trials", type=int, default=None, help="number of trials of a random or optuna search")
@@ -419,16 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     u = sub.add_parser("ui", help="open the MLflow UI on a grid store (localhost only)", epilog=_EPILOG["ui"],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    u.add_argument("--store", default=None, help="result store directory (default: as for `ripple grid`)")
-    u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///STORE/mlflow.db)")
+    add_store_args(u)
     u.add_argument("--port", type=int, default=5000)
     u.set_defaults(func=cmd_ui)
 
     rp = sub.add_parser("report", help="tables, Pareto and speedup plots of an experiment (Markdown + HTML)",
                         epilog=_EPILOG["report"], formatter_class=argparse.RawDescriptionHelpFormatter)
     rp.add_argument("experiment", help="experiment name in the result store")
-    rp.add_argument("--store", default=None, help="result store directory (default: as for `ripple grid`)")
-    rp.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///STORE/mlflow.db)")
+    add_store_args(rp)
     rp.add_argument("--out", default=None, help="report folder (default: STORE/EXPERIMENT/report)")
     rp.add_argument("--no-tracking", action="store_true", help="neither read nor log MLflow")
     rp.set_defaults(func=cmd_report)

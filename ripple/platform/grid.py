@@ -163,7 +163,7 @@ class WorkerPool:
             self.infos = ray.get([a.info.options(max_task_retries=0).remote() for a in self.actors])
         except ray.exceptions.RayError as exc:
             self.close()
-            raise RippleError(f"workers for model {model!r} failed to start: {_root_cause(exc)}") from None
+            raise RippleError(f"workers for model {model!r} failed to start: {root_cause(exc)}") from None
 
     def close(self) -> None:
         import ray
@@ -174,14 +174,12 @@ class WorkerPool:
         self.actors = []
 
 
-def _root_cause(exc: BaseException) -> str:
+def root_cause(exc: BaseException) -> str:
     """The innermost error message of a Ray error, on one line (a RippleError's text when there is one)."""
-    text = str(exc)
-    for line in reversed(text.splitlines()):
-        line = line.strip()
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for line in reversed(lines):
         if line.startswith("ripple.errors.RippleError:"):
             return line.split(":", 1)[1].strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else type(exc).__name__
 
 
@@ -231,9 +229,9 @@ def _results(ready: list, inflight: dict) -> list[SampleRecord]:
             try:
                 out.append(ray.get(ref))
             except ray.exceptions.RayActorError as exc:
-                out.append(inflight[ref][1].record(error=f"{DIED}: {_root_cause(exc)}"))
+                out.append(inflight[ref][1].record(error=f"{DIED}: {root_cause(exc)}"))
             except ray.exceptions.RayError as exc:
-                out.append(inflight[ref][1].record(error=f"{type(exc).__name__}: {_root_cause(exc)}"))
+                out.append(inflight[ref][1].record(error=f"{type(exc).__name__}: {root_cause(exc)}"))
         return out
 
 

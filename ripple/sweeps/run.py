@@ -16,6 +16,7 @@ table (sweep_results.csv) and the Pareto plot (pareto.png), also logged to the p
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RippleError
-from ..platform.grid import CellSummary, WorkerPool, pool_shape, stream_items, connect_ray, summarize
+from ..platform.grid import CellSummary, WorkerPool, connect_ray, pool_shape, root_cause, stream_items, summarize
 from ..platform.spec import Cell
 from ..platform.store import ResultStore, dumps
 from ..platform.workers import WorkItem
@@ -288,24 +289,14 @@ def _tune(spec: SweepSpec, ctx: _Context, actors: list, store: ResultStore, swee
         trial_id = m.get("trial_id") or Path(result.path).name
         if result.error is not None or "accuracy" not in m:
             params = tuple((d.name, result.config.get(d.name)) for d in spec.space.dims)
-            out.append(TrialResult(trial_id, params, (), None, 0, _one_line(result.error)))
+            error = root_cause(result.error) if result.error is not None else "no result reported"
+            out.append(TrialResult(trial_id, params, (), None, 0, error))
             continue
-        import json
-
         params = tuple(json.loads(m["params"]).items())
         agg = Aggregate(m["accuracy"], m["mean_nfe"], m["tps"], m["canvas_tps"], int(m["n"]), int(m["errors"]),
                         m.get("speedup"), m.get("nfe_speedup"))
         out.append(TrialResult(trial_id, params, tuple(m["cell_ids"].split(",")), agg, int(m["computed"])))
     return sorted(out, key=lambda t: t.trial_id)
-
-
-def _one_line(error: BaseException | None) -> str:
-    text = str(error) if error is not None else "no result reported"
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.startswith("ripple.errors.RippleError:"):
-            return ln.split(":", 1)[1].strip()
-    return lines[-1] if lines else type(error).__name__
 
 
 def _trial_bar(total: int, name: str, enabled: bool):
@@ -467,8 +458,6 @@ def format_table(run: SweepRun) -> str:
 
 def summary_json(run: SweepRun) -> str:
     """One JSON object: the sweep, its baseline, trials and fronts (`ripple sweep --json`)."""
-    import json
-
     return json.dumps({
         "experiment": run.spec.experiment, "spec": run.spec.path, "sweep_id": run.sweep_id,
         "store": str(run.store.root), "out_dir": str(run.out_dir), "parent_run_id": run.parent_run_id,

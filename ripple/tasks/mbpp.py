@@ -47,7 +47,7 @@ class MBPP(BenchmarkTask):
     def build(self) -> list[Example]:
         by_id = {row["task_id"]: row for row in load_rows(self.name, TEST, self.data_dir)}
         shots = by_id  # a local file holds every split; the hub's test split lacks the prompt split's shots
-        if not all(i in shots for i in SHOT_IDS):
+        if any(i not in by_id for i in SHOT_IDS):
             shots = {row["task_id"]: row for row in load_rows(self.name, PROMPT_SPLIT, self.data_dir)}
         missing = [i for i in SHOT_IDS if i not in shots]
         if missing:
