@@ -244,8 +244,12 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.stop_at is not None and args.stop_at <= 0:
+        raise RippleError(f"--stop-at must be positive, got {args.stop_at}")
     cfg = PRESETS[args.preset](args.out, **overrides)
-    summary = train(cfg, resume=not args.no_resume)
+    if len(cfg.mix) != len(cfg.tasks) or min(cfg.mix) < 1:
+        raise RippleError(f"--mix needs one positive count for each of the tasks {', '.join(cfg.tasks)}, got {args.mix}")
+    summary = train(cfg, resume=not args.no_resume, stop_at=args.stop_at)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
     return 0
 
@@ -371,9 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--seed", type=int, default=None)
     t.add_argument("--preset", default="tiny", help="model size preset: tiny (the shipped model) or micro (tests)")
-    t.add_argument("--mix", default=None, metavar="A,B", help="examples of arith,pyfunc per cycle of the data stream")
+    t.add_argument("--mix", default=None, metavar="A,B,C", help="examples of arith,pyfunc,freefunc per cycle of the "
+                   "data stream")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     t.add_argument("--no-resume", action="store_true", help="start over even if a checkpoint exists")
+    t.add_argument("--stop-at", type=int, default=None, metavar="STEP", help="stop after STEP with its checkpoint "
+                   "written (same schedule as the full run): re-run a prefix and compare training/snapshots.jsonl")
     t.set_defaults(func=cmd_train_tiny)
 
     k = sub.add_parser("tasks", help="list tasks, or check a benchmark's scoring on its reference solutions",

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 PAD, BOS, EOS, MASK = "<|pad|>", "<|bos|>", "<|eos|>", "<|mask|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, MASK)  # ids 0..3, in this order
-CORPUS_TASKS = ("arith", "pyfunc")
+CORPUS_TASKS = ("arith", "pyfunc", "freefunc")
 
 
 def corpus(seed: int = 0, per_task: int = 20_000):

@@ -9,6 +9,7 @@ resumed run sees exactly the batches an uninterrupted one would.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import random
@@ -43,10 +44,11 @@ class TrainConfig:
     response_length: int = 48
     max_positions: int = 4096  # written to config.json (LLaDA's value); RoPE itself has no table to size
     vocab_size: int = 512  # tokenizer's BPE target size
-    tasks: tuple[str, ...] = ("arith", "pyfunc")
-    mix: tuple[int, ...] = (1, 1)  # examples of each task per cycle of the stream
+    tasks: tuple[str, ...] = ("arith", "pyfunc", "freefunc")
+    mix: tuple[int, ...] = (1, 1, 1)  # examples of each task per cycle of the stream
     seed: int = 0
     checkpoint_every: int = 200
+    snapshot_every: int = 2000  # log these checkpoints' weight sha256 to training/snapshots.jsonl
     log_every: int = 10
 
 
@@ -128,8 +130,21 @@ def export(model: DiffusionTransformer, out: Path, tokenizer, ids: dict, max_pos
     tokenizer.save_pretrained(str(out))
 
 
-def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=print) -> dict:
-    """Train (or resume) into cfg.out; returns a summary with the final loss and time."""
+def weights_sha256(model: torch.nn.Module) -> str:
+    """sha256 of the weights as `export` writes them (a safetensors file), so two runs can be
+    compared bit for bit without their optimiser state or timings."""
+    from safetensors.torch import save
+
+    tensors = {checkpoint_key(k): v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    return hashlib.sha256(save(tensors, metadata={"format": "pt"})).hexdigest()
+
+
+def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=print, stop_at: int | None = None) -> dict:
+    """Train (or resume) into cfg.out; returns a summary with the final loss and time.
+
+    `stop_at` ends the run after that step with its checkpoint written, as an interruption
+    would (the schedule stays that of cfg.steps): the way to re-run a prefix of a long run
+    and compare its snapshot with the long run's (training/snapshots.jsonl)."""
     from ...progress import progress as progress_bar
 
     from .tokenizer import build_tokenizer
@@ -170,8 +185,13 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
         torch.save({"config": dataclasses.asdict(cfg), "model": model.state_dict(), "optim": opt.state_dict(),
                     "step": step, "elapsed": time.perf_counter() - t0, "curve": curve}, tmp)
         tmp.replace(state_file)  # atomic: a kill never leaves a half-written checkpoint
+        if step % cfg.snapshot_every == 0 or step == cfg.steps:
+            record = {"step": step, "sha256": weights_sha256(model), "seconds": round(time.perf_counter() - t0, 1)}
+            with open(work / "snapshots.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
 
-    for step in range(start, cfg.steps):
+    end = cfg.steps if stop_at is None else min(cfg.steps, stop_at)
+    for step in range(start, end):
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
         tokens, positions, attn, target, masked, p_mask, P = batcher.batch(step, gen)
         R = cfg.response_length
@@ -191,10 +211,14 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
             curve.append({"step": step + 1, "loss": mean, "seconds": time.perf_counter() - t0})
             window.clear()
             bar.set_postfix(loss=f"{mean:.3f}", refresh=False)
-        if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+        if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < end:
             save(step + 1)
     bar.close()
-    save(cfg.steps)
+    save(end)
+    if end < cfg.steps:
+        log(f"stopped at step {end} of {cfg.steps}; the checkpoint is in {state_file}")
+        return {"steps": end, "seconds": time.perf_counter() - t0, "stopped": True,
+                "sha256": weights_sha256(model), "config": dataclasses.asdict(cfg)}
     model.eval()
     export(model, out, tokenizer, ids, cfg.max_positions)
     summary = {"steps": cfg.steps, "seconds": time.perf_counter() - t0,
@@ -241,8 +265,9 @@ def _init(model: DiffusionTransformer, seed: int) -> None:
 
 
 def _tiny(out: str, **kw) -> TrainConfig:
-    """The shipped model's recipe (model card): ~1.5M parameters, arith twice as often as pyfunc."""
-    base = dict(steps=8000, lr=3e-3, d_model=128, n_layers=4, n_heads=2, mlp_hidden=352, mix=(2, 1))
+    """The shipped model's recipe (model card): 0.94 M parameters, 4 heads; per 11 examples
+    5 arith, 2 pyfunc, 4 freefunc."""
+    base = dict(steps=21000, lr=3e-3, d_model=128, n_layers=4, n_heads=4, mlp_hidden=352, mix=(5, 2, 4))
     base.update(kw)
     return TrainConfig(out=out, **base)
 
@@ -250,7 +275,7 @@ def _tiny(out: str, **kw) -> TrainConfig:
 def _micro(out: str, **kw) -> TrainConfig:
     """A seconds-long config for tests: same code path, a toy model."""
     base = dict(steps=20, batch_size=8, lr=3e-3, warmup=2, d_model=64, n_layers=2, n_heads=2, mlp_hidden=128,
-                checkpoint_every=10, log_every=2)
+                checkpoint_every=10, snapshot_every=10, log_every=2)
     base.update(kw)
     return TrainConfig(out=out, **base)
 
