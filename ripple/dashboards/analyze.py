@@ -17,6 +17,9 @@ Definitions (as in the paper's Figure 1 and Algorithm 1):
              excluded, ties counted in the token's favour).
   terciles   the points sorted by H_before, split into three equal-count groups; "mid
              entropy" is the middle group (the paper's shaded band).
+  nontrivial_terciles  the same over the points with H_before above NONTRIVIAL_NATS only: a
+             small model is near-certain at most positions, which otherwise fill both the low
+             and the mid tercile and hide where uncertain positions ripple.
 One state costs one batched forward: the state itself plus one row per masked position
 with that position committed (the same canvas otherwise), so --limit 20 on ripple-tiny
 takes a couple of minutes on CPU.
@@ -35,6 +38,7 @@ from ..decoders.base import entropy, top_prob
 from ..errors import RippleError
 
 RANK_BUCKETS = ("1", "2", "3-5", ">5")
+NONTRIVIAL_NATS = 0.05  # H_before above this counts for `nontrivial_terciles`
 BlockForward = Callable[[torch.Tensor], torch.Tensor]  # block contents [B, L] -> block logits [B, L, V]
 
 
@@ -208,17 +212,22 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def summarize(points: Sequence[RipplePoint], bins: int = 10) -> dict:
-    """Counts, per-tercile mean reduction, the mid-tercile non-top-1 fraction, a binned curve."""
-    thirds = terciles(points)
-    names = ("low", "mid", "high")
+def tercile_table(points: Sequence[RipplePoint]) -> dict:
+    """Per entropy tercile (low, mid, high): points, H_before range, mean reduction, non-top-1 share."""
     per = {}
-    for name, group in zip(names, thirds):
+    for name, group in zip(("low", "mid", "high"), terciles(points)):
         hs = [p.entropy_before for p in group]
         per[name] = {"points": len(group), "entropy_min": min(hs) if hs else None,
                      "entropy_max": max(hs) if hs else None,
                      "mean_reduction": _mean([p.reduction for p in group]),
                      "not_top1_fraction": _mean([float(p.rank > 1) for p in group])}
+    return per
+
+
+def summarize(points: Sequence[RipplePoint], bins: int = 10) -> dict:
+    """Counts, per-tercile mean reduction (all points, and the non-trivial ones), the mid-tercile
+    non-top-1 fraction, a binned curve."""
+    thirds = terciles(points)
     ranked = sorted(points, key=lambda p: p.entropy_before)
     curve = []
     for k in range(bins):
@@ -230,7 +239,8 @@ def summarize(points: Sequence[RipplePoint], bins: int = 10) -> dict:
     return {
         "points": len(points),
         "mean_reduction": _mean([p.reduction for p in points]),
-        "terciles": per,
+        "terciles": tercile_table(points),
+        "nontrivial_terciles": tercile_table([p for p in points if p.entropy_before > NONTRIVIAL_NATS]),
         "mid_entropy_not_top1_fraction": _mean([float(p.rank > 1) for p in mid]),
         "rank_counts": {b: sum(p.bucket == b for p in points) for b in RANK_BUCKETS},
         "mid_rank_counts": {b: sum(p.bucket == b for p in mid) for b in RANK_BUCKETS},
@@ -288,10 +298,12 @@ def summary_markdown(s: dict) -> str:
         "| entropy tercile | points | H_before range (nats) | mean reduction (nats) | oracle not top-1 |",
         "|---|---|---|---|---|",
     ]
-    for name in ("low", "mid", "high"):
-        g = t[name]
-        lines.append(f"| {name} | {g['points']} | {_num(g['entropy_min'], 3)} to {_num(g['entropy_max'], 3)} | "
-                     f"{_num(g['mean_reduction'])} | {_num(g['not_top1_fraction'], 3)} |")
+    for label, table in (("", t), (f"non-trivial (H > {NONTRIVIAL_NATS}) ", s["nontrivial_terciles"])):
+        for name in ("low", "mid", "high"):
+            g = table[name]
+            lines.append(f"| {label}{name} | {g['points']} | {_num(g['entropy_min'], 3)} to "
+                         f"{_num(g['entropy_max'], 3)} | {_num(g['mean_reduction'])} | "
+                         f"{_num(g['not_top1_fraction'], 3)} |")
     lines += [
         "",
         f"Fraction of mid-entropy positions whose oracle token is not the top-1: "
@@ -312,7 +324,8 @@ DEFINITIONS = (
     "order with oracle tokens; for each masked position i, H_before is the full-vocabulary entropy of p_i "
     "(nats) and the reduction is the mean over the other masked positions j of the same block of "
     "H(p_j) - H(p_j | i set to its oracle token); rank is the oracle token's rank in p_i (mask id excluded); "
-    "terciles split the points sorted by H_before into three equal-count groups, mid = the middle one."
+    "terciles split the points sorted by H_before into three equal-count groups, mid = the middle one; "
+    f"non-trivial terciles do the same over the points with H_before > {NONTRIVIAL_NATS} nats."
 )
 
 

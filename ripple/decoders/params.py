@@ -16,7 +16,18 @@ def hp(default, lo=None, hi=None, *, lo_open=False, hi_open=False, name=None, do
     return field(default=default, metadata=meta)
 
 
+def choice(default: str, options: tuple[str, ...], *, name=None, doc="", search=None):
+    """A hyperparameter field taking one of `options` (strings), e.g. an ablation's rule."""
+    if default not in options:
+        raise ValueError(f"default {default!r} is not one of {options}")
+    meta = {"choices": tuple(options), "lo": None, "hi": None, "lo_open": False, "hi_open": False, "name": name,
+            "doc": doc, "search": search}
+    return field(default=default, metadata=meta)
+
+
 def _range_text(meta: dict, kind: type) -> str:
+    if meta.get("choices"):
+        return f"one of {', '.join(meta['choices'])}"
     lo, hi = meta["lo"], meta["hi"]
     left = "(" if meta["lo_open"] else "["
     right = ")" if meta["hi_open"] else "]"
@@ -38,6 +49,8 @@ class HyperParams:
             meta = f.metadata
             pub = public_name(f)
             ok = isinstance(value, kind) and not isinstance(value, bool)
+            if ok and kind is str:
+                ok = value in meta["choices"]
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(self, f.name, float(value))
                 value, ok = float(value), True
@@ -71,7 +84,7 @@ class HyperParams:
             f = fields[key]
             kind = field_kind(f)
             try:
-                value = kind(raw) if kind is not int else int(raw, 10)
+                value = int(raw, 10) if kind is int else kind(raw)
             except ValueError:
                 raise RippleError(
                     f"{decoder} hyperparameter {key}={raw!r} is not a number; accepted: {_range_text(f.metadata, kind)}"
@@ -88,5 +101,5 @@ def public_name(f: dataclasses.Field) -> str:
 
 
 def field_kind(f: dataclasses.Field) -> type:
-    t = f.type if isinstance(f.type, type) else {"float": float, "int": int}.get(str(f.type), float)
-    return t
+    """float, int, or str (a `choice` field)."""
+    return f.type if isinstance(f.type, type) else {"float": float, "int": int, "str": str}.get(str(f.type), float)

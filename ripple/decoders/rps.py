@@ -6,6 +6,11 @@ largest truncated entropy becomes the pivot; its plausible tokens (>= r times it
 probability) plus MASK are evaluated in one packed lookahead forward, and the candidate
 with the lowest mean downstream entropy, regularised by lambda * log plausibility, wins.
 The winner's distributions are carried into the next step, so no extra forward runs.
+
+`pivot` selects the pivot rule for the paper's ablation (its Figure 3, middle):
+`truncated_entropy` is Algorithm 1; `max_entropy` drops the reachability filter (the
+largest truncated entropy over every remaining masked position); `max_confidence` takes
+the most confident remaining masked position (an already nearly resolved one).
 """
 from __future__ import annotations
 
@@ -15,8 +20,11 @@ import torch
 
 from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler, entropy
 from .confidence import threshold_commit
-from .params import HyperParams, hp
+from .params import HyperParams, choice, hp
 from .registry import register
+
+
+PIVOT_RULES = ("truncated_entropy", "max_entropy", "max_confidence")
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,7 @@ class RPSParams(HyperParams):
     k_max: int = hp(10, 1, 1000, doc="tokens kept per position for pivot entropy and candidates", search=(2, 20))
     r: float = hp(0.1, 0.0, 1.0, doc="candidate if probability >= r * top-1 probability", search=(0.01, 0.5))
     lam: float = hp(0.2, 0.0, 100.0, name="lambda", doc="plausibility weight", search=(0.0, 0.5))
+    pivot: str = choice("truncated_entropy", PIVOT_RULES, doc="pivot rule (the paper's Figure 3 ablation)")
 
 
 @register
@@ -50,12 +59,17 @@ class RPS(Scheduler):
         k = min(prm.k_max, probs.shape[-1] - 1)
         top_p, top_v = probs.topk(k, dim=-1)  # [|M|, k], descending (c. truncated support)
         mu = top_p.sum(-1)  # [|M|]
-        feasible = mu >= prm.tau_pivot
-        if not bool(feasible.any()):
-            return Plan(commit, info={**info, "pivot": None, "why": "no position reaches tau_pivot"})
         h_trunc = entropy(top_p)  # [|M|] entropy over the truncated support
-        h_trunc = torch.where(feasible, h_trunc, torch.full_like(h_trunc, float("-inf")))
-        j = int(torch.argmax(h_trunc))  # d. first maximum: lowest position on ties
+        if prm.pivot == "truncated_entropy":
+            feasible = mu >= prm.tau_pivot
+            if not bool(feasible.any()):
+                return Plan(commit, info={**info, "pivot": None, "why": "no position reaches tau_pivot"})
+            j = int(torch.argmax(torch.where(feasible, h_trunc, torch.full_like(h_trunc, float("-inf")))))
+        elif prm.pivot == "max_entropy":
+            j = int(torch.argmax(h_trunc))
+        else:  # max_confidence
+            j = int(torch.argmax(top_p[:, 0]))
+        # d. argmax takes the first maximum: lowest position on ties
         pivot = int(M[j])
         keep = top_p[j] >= prm.r * top_p[j, 0]  # e. reachability ratio
         cands = top_v[j][keep]  # [m], descending probability

@@ -33,7 +33,7 @@ class Dimension:
     """One searched hyperparameter: a range [lo, hi] or explicit values, of the field's type."""
 
     name: str  # public name (`lambda`, not the field name `lam`)
-    kind: type  # int or float
+    kind: type  # int, float or str (a choice field)
     lo: float | int | None = None
     hi: float | int | None = None
     values: tuple | None = None
@@ -67,7 +67,7 @@ class Dimension:
         return tune.loguniform(self.lo, self.hi) if self.log else tune.uniform(self.lo, self.hi)
 
     def describe(self) -> str:
-        if self.values is not None:
+        if self.values is not None:  # explicit values, or the options of a choice field
             return f"{self.name} in {{{', '.join(map(str, self.values))}}}"
         scale = " (log)" if self.log else ""
         return f"{self.name} {self.kind.__name__} in [{self.lo}, {self.hi}]{scale}"
@@ -97,7 +97,7 @@ class SearchSpace:
         values = dict(self.fixed)
         for d in self.dims:
             v = config[d.name]
-            values[d.name] = int(v) if d.kind is int else _tidy(float(v))
+            values[d.name] = int(v) if d.kind is int else v if d.kind is str else _tidy(float(v))
         return cls(**{fields[k].name: v for k, v in values.items()})
 
     def searched(self, params: HyperParams) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def derive_space(decoder: str, overrides: Mapping[str, Any] | None = None, *, po
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise RippleError(f"decoder {decoder!r} has no hyperparameter {name!r}{hint}; accepted: {', '.join(fields)}")
         f = fields[name]
-        if _is_number(raw):
+        if _is_number(raw) or (isinstance(raw, str) and field_kind(f) is str):
             fixed[name] = _checked(cls, f, name, raw)
             continue
         dims.append(_dimension(cls, f, name, raw, points))
@@ -148,6 +148,11 @@ def _is_number(v: Any) -> bool:
 def _checked(cls: type[HyperParams], f: dataclasses.Field, name: str, value: Any):
     """`value` as the field's type, validated by the dataclass itself (its one-line RippleError)."""
     kind = field_kind(f)
+    if kind is str:
+        if not isinstance(value, str):
+            raise RippleError(f"{cls.decoder_name or cls.__name__} hyperparameter {name} takes one of "
+                              f"{', '.join(f.metadata['choices'])}, got {value!r}")
+        return getattr(cls(**{f.name: value}), f.name)
     if kind is int and not (isinstance(value, int) and not isinstance(value, bool)):
         raise RippleError(f"{cls.decoder_name or cls.__name__} hyperparameter {name} takes integers, got {value!r}")
     if not _is_number(value):
@@ -181,7 +186,14 @@ def _dimension(cls: type[HyperParams], f: dataclasses.Field, name: str, raw: Any
         if not isinstance(values, list) or not values:
             raise RippleError(f"{owner} hyperparameter {name}: 'values' takes a non-empty list, got {values!r}")
         checked = tuple(dict.fromkeys(_checked(cls, f, name, v) for v in values))
+        if kind is str:
+            return Dimension(name, kind, None, None, checked, False, n)
         return Dimension(name, kind, min(checked), max(checked), checked, log, n)
+    if kind is str:
+        if raw:
+            raise RippleError(f"{owner} hyperparameter {name} is a choice: give one of "
+                              f"{', '.join(f.metadata['choices'])} (fixed) or a list of them")
+        return Dimension(name, kind, None, None, tuple(f.metadata["choices"]), False, n)
     default = f.metadata.get("search") or (f.metadata.get("lo"), f.metadata.get("hi"))
     lo, hi = raw.get("lo", default[0]), raw.get("hi", default[1])
     if lo is None or hi is None:

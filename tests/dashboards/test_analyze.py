@@ -119,6 +119,18 @@ def test_terciles_and_summary_on_known_points():
     assert [rank_bucket(r) for r in (1, 2, 3, 5, 6)] == ["1", "2", "3-5", "3-5", ">5"]
 
 
+def test_nontrivial_terciles_leave_out_near_certain_points():
+    entropies = [0.0, 0.01, 0.05, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]  # three at or below 0.05 nats
+    pts = [RipplePoint("e", 0, 1, i, h, 10.0 * h, 2, 1 if i % 2 else 2, 0.5) for i, h in enumerate(entropies)]
+    s = summarize(pts)
+    nt = s["nontrivial_terciles"]
+    assert sum(nt[k]["points"] for k in ("low", "mid", "high")) == 8  # 0.2 .. 0.9
+    assert nt["low"]["entropy_min"] == 0.2 and nt["mid"]["entropy_min"] == 0.5 and nt["mid"]["entropy_max"] == 0.6
+    assert nt["mid"]["mean_reduction"] == pytest.approx(5.5)
+    assert nt["mid"]["not_top1_fraction"] == pytest.approx(0.5)  # positions 6 (rank 2) and 7 (rank 1)
+    assert s["terciles"]["low"]["entropy_min"] == 0.0  # the plain terciles still cover every point
+
+
 @pytest.mark.slow
 def test_ripple_analyze_on_ripple_tiny(tmp_path, capsys):
     out = tmp_path / "an"
@@ -143,6 +155,9 @@ def test_ripple_analyze_on_ripple_tiny(tmp_path, capsys):
     for k in ("low", "mid", "high"):
         assert 0 <= t[k]["not_top1_fraction"] <= 1
     assert 0 <= s["mid_entropy_not_top1_fraction"] <= 1
+    nt = s["nontrivial_terciles"]
+    assert sum(nt[k]["points"] for k in ("low", "mid", "high")) == sum(float(r["entropy_before"]) > 0.05 for r in rows)
+    assert "non-trivial (H > 0.05) mid" in (out / "summary.md").read_text()
     assert sum(s["rank_counts"].values()) == s["points"]
     # with the default oracle the replayed order is the default decoder's own trajectory
     assert s["commit_agreement"] >= 0.95

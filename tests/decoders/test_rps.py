@@ -204,3 +204,28 @@ def test_pivot_commit_and_abstention_both_occur_across_seeds():
                         GenerationConfig(16, 8), trace=events.append)
         chosen += [e["chosen"] for e in events if e["phase"] == "resolve"]
     assert "MASK" in chosen and any(c != "MASK" for c in chosen)
+
+
+def test_pivot_rule_ablation_selects_where_the_paper_says():
+    low = {1: 0.9, 2: 0.06}  # feasible, the most confident remaining position
+    mid = {1: 0.4, 2: 0.35, 3: 0.2}  # feasible, highest truncated entropy among feasible ones
+    high = {1: 0.3, 2: 0.3}  # infeasible at tau_pivot 0.9 but the largest truncated entropy
+    st = state([low, high, mid, FLAT])
+    assert rps(tau=0.99, tau_pivot=0.9).step(st).info["pivot"] == 2  # truncated_entropy, the default
+    h = entropy(st.probs[:, :39].topk(10).values)
+    assert int(h.argmax()) == 3  # FLAT's spread top-10 is the most diffuse of all
+    assert rps(tau=0.99, tau_pivot=0.9, pivot="max_entropy").step(st).info["pivot"] == 3  # no reachability filter
+    # the forced commit takes `low` (position 0) first; of the rest, `second` is the most confident
+    second = {1: 0.8, 2: 0.15}
+    st = state([low, second, mid, FLAT])
+    assert [rps(tau=0.99, tau_pivot=0.9, pivot=p).step(st).info["pivot"]
+            for p in ("truncated_entropy", "max_entropy", "max_confidence")] == [2, 3, 1]
+    with pytest.raises(RippleError, match="pivot='best'.*one of truncated_entropy, max_entropy, max_confidence"):
+        rps(pivot="best")
+
+
+def test_max_confidence_pivot_still_runs_a_lookahead_when_no_position_is_feasible():
+    st = state([FLAT, {1: 0.5, 2: 0.4}, {1: 0.6, 2: 0.3}])  # position 2 is the forced commit
+    assert rps(tau_pivot=0.99).step(st).info["why"] == "no position reaches tau_pivot"
+    plan = rps(tau_pivot=0.99, pivot="max_confidence").step(st)
+    assert plan.info["pivot"] == 1 and plan.variants[:, 1].tolist() == [1, 2]

@@ -12,7 +12,7 @@ PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "paper-table1", "rps-tiny"]
+    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "paper-table1", "rps-ablation", "rps-tiny"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -21,8 +21,11 @@ def test_every_shipped_spec_validates():
 
 def test_shipped_specs_have_the_issue_contents():
     demo = load_spec("demo")
-    assert {c.model for c in demo.cells} == {"ripple-tiny"} and {c.task for c in demo.cells} == {"arith", "pyfunc"}
-    assert sorted({c.decoder for c in demo.cells}) == sorted(names()) and len(demo.cells) == 14
+    assert {c.model for c in demo.cells} == {"ripple-tiny"} and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
+    assert sorted({c.decoder for c in demo.cells}) == sorted(names()) and len(demo.cells) == 21
+    ablation = load_spec("rps-ablation")
+    rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
+    assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
     assert {(c.gen_length, c.block_length, c.limit) for c in demo.cells} == {(48, 16, 50)}
 
     table = load_spec("paper-table1")

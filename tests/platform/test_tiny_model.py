@@ -81,7 +81,8 @@ def test_demo_prints_every_decoder(capsys):
     assert main(["demo", "--limit", "2"]) == 0
     table = capsys.readouterr().out
     for name in names():
-        assert f"| arith   | {name:<11} |" in table and f"| pyfunc  | {name:<11} |" in table
+        for task in ("arith", "pyfunc", "freefunc"):
+            assert f"| {task:<8} | {name:<11} |" in table
 
 
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])

@@ -36,7 +36,8 @@ def test_overrides_values_ranges_points_and_fixed():
     r = space.param_space("optuna")["r"]
     assert isinstance(r, Float) and "LogUniform" in type(r.sampler).__name__
     params = space.params_for({"lambda": 0.1, "k_max": 5, "r": 0.123456789})
-    assert params.to_dict() == {"tau": 0.8, "tau_pivot": 0.9, "k_max": 5, "r": 0.123457, "lambda": 0.1}
+    assert params.to_dict() == {"tau": 0.8, "tau_pivot": 0.9, "k_max": 5, "r": 0.123457, "lambda": 0.1,
+                                "pivot": "truncated_entropy"}
     assert space.searched(params) == {"lambda": 0.1, "k_max": 5, "r": 0.123457}
 
 
@@ -72,3 +73,19 @@ def test_decoder_without_search_metadata_needs_an_explicit_space():
     assert [(d.lo, d.hi) for d in space.dims] == [(0.0, 1.0)]
     with pytest.raises(RippleError, match="no bounded default search range"):
         derive_space("confidence", {"factor": None})  # [0, inf): no default range to sample
+
+
+def test_a_choice_hyperparameter_is_fixed_by_name_or_searched_over_its_options():
+    space = derive_space("rps", {"pivot": ["max_entropy", "truncated_entropy"], "tau": 0.8})
+    (dim,) = space.dims
+    assert dim.kind is str and dim.grid_values() == ["max_entropy", "truncated_entropy"]
+    assert space.params_for({"pivot": "max_entropy"}).pivot == "max_entropy"
+    assert [d.grid_values() for d in derive_space("rps", {"pivot": None}).dims] == [
+        ["truncated_entropy", "max_entropy", "max_confidence"]]
+    fixed = derive_space("rps", {"pivot": "max_confidence", "lambda": [0.0, 0.2]})
+    assert dict(fixed.fixed) == {"pivot": "max_confidence"}
+    for bad, message in (({"pivot": "best"}, "pivot='best' is invalid; accepted: one of truncated_entropy"),
+                         ({"pivot": {"lo": 0, "hi": 1}}, "pivot is a choice: give one of"),
+                         ({"pivot": [1]}, "pivot takes one of truncated_entropy, max_entropy, max_confidence")):
+        with pytest.raises(RippleError, match=message):
+            derive_space("rps", bad)

@@ -88,8 +88,8 @@ def test_a_completion_without_the_marker_is_only_a_flexible_match(task, test_spl
 
 
 def test_bad_splits_and_limits_are_one_line_errors(task):
-    with pytest.raises(RippleError, match="unknown split 'dev'; expected one of: train, test"):
-        task.examples("dev", 3)
+    with pytest.raises(RippleError, match="unknown split 'validation'; expected one of: train, dev, test"):
+        task.examples("validation", 3)
     with pytest.raises(RippleError, match="unbounded"):
         task.examples("train")
     assert len(task.examples("test")) == task.test_size >= 1000
