@@ -178,8 +178,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print(f"{task.name} | {decoder.name} {decoder.params.to_dict()} | cache {config.cache} | n {cell.n}")
-        print(f"accuracy {cell.accuracy:.1f}% | mean NFE {cell.mean_nfe:.2f} | TPS {cell.tps:.1f} "
-              f"(canvas TPS {cell.canvas_tps:.1f})")
+        m = cell.stats
+        print(f"accuracy {m.accuracy_text()} % (95 % Wilson interval {m.accuracy_lo:.1f} to {m.accuracy_hi:.1f}) | "
+              f"mean NFE {m.mean_nfe:.2f} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})")
     return 0
 
 

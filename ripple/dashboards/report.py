@@ -1,14 +1,11 @@
 """`ripple report EXPERIMENT`: the paper's tables and plots from the result store, as a folder.
 
-Every number is recomputed here from the stored sample records (polars), never copied
-from MLflow metrics, so a report always agrees with the store it names (DESIGN.md 2):
-  accuracy  = percent of correct samples among those without error
-  mean NFE  = mean forward calls per sample (samples without error)
-  TPS       = sum generated tokens / sum decode seconds (samples without error)
-  speedup   = TPS / TPS(default); NFE speedup = mean NFE(default) / mean NFE, where
-              default is the `default` decoder's cell with the same model, task,
-              gen_length, block_length, cache (and seed, dtype, chat, split,
-              stop_at_eos, as `ripple grid` compares).
+Every number is recomputed from the stored sample records by the metrics module
+(`ripple/platform/metrics.py`, the one every surface calls), never copied from MLflow, so
+a report always agrees with the store it names (DESIGN.md 2): accuracy with its 95 %
+Wilson interval, mean NFE, TPS, speedup and NFE speedup against the `default` cell with
+the same model, task and decode settings (`Cell.baseline_key`) with paired-bootstrap
+intervals, and an exact McNemar test of each decoder's correctness against it.
 MLflow contributes each cell's run id to the cell index, and receives the folder: it is
 logged as artifacts (under `report/`) of one run named "report" in the experiment,
 tagged `ripple_report`; re-running the report updates that run instead of adding one.
@@ -20,6 +17,7 @@ base64 data URIs, inline CSS), cells.csv (one row per cell, full precision), *.p
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
 import math
@@ -34,12 +32,12 @@ from typing import Any, Iterable, Sequence
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.store import ResultStore, check_name
+from ..platform.store import DecodeSettings, ResultStore, check_name
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 
 SETTING = ("model", "task", "decoder", "params", "gen_length", "block_length", "cache", "seed", "dtype", "chat",
            "split", "stop_at_eos")
-BASELINE = ("model", "task", "gen_length", "block_length", "cache", "seed", "dtype", "chat", "split", "stop_at_eos")
+BASELINE = ("model", "task", *(f.name for f in dataclasses.fields(DecodeSettings)))  # = Cell.baseline_key()
 CONTEXT = tuple(k for k in BASELINE if k != "task")  # one main table (tasks side by side) per context
 ALWAYS_SHOWN = ("model", "gen_length", "block_length", "cache")
 REPORT_TAG = "ripple_report"
@@ -67,51 +65,29 @@ def stored_experiments(root: Path) -> list[str]:
     return sorted(p.parent.name for p in root.glob("*/records") if p.is_dir())
 
 
-def decoder_label(decoder: str, params_json: str) -> str:
-    """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)` (as `ripple grid` labels).
-
-    A decoder no longer registered shows every stored hyperparameter (no defaults to compare with).
-    """
-    from ..decoders import names
-    from ..decoders import get as get_decoder
-
-    params = json.loads(params_json) if params_json else {}
-    defaults = get_decoder(decoder).Params().to_dict() if decoder in names() else {}
-    changed = [f"{k}={v}" for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v]
-    return f"{decoder}({', '.join(changed)})" if changed else decoder
-
-
 def summarize_cells(records: pl.DataFrame) -> pl.DataFrame:
-    """One row per cell: its settings, label, counts and the DESIGN.md section 2 aggregates."""
-    ok = pl.col("error").is_null()
-    cells = records.group_by("cell_id").agg(
-        *[pl.col(k).first() for k in SETTING],
-        ok.sum().alias("n"),
-        (~ok).sum().alias("errors"),
-        (pl.col("correct").filter(ok).cast(pl.Float64).mean() * 100.0).alias("accuracy"),
-        pl.col("nfe").filter(ok).cast(pl.Float64).mean().alias("mean_nfe"),
-        pl.col("generated_tokens").filter(ok).sum().alias("generated_tokens"),
-        pl.col("decode_seconds").filter(ok).sum().alias("decode_seconds"),
-        pl.col("gen_length").filter(ok).sum().alias("canvas_tokens"),
-    )
-    secs = pl.col("decode_seconds")
-    cells = cells.with_columns(
-        pl.when(secs > 0).then(pl.col("generated_tokens") / secs).alias("tps"),
-        pl.when(secs > 0).then(pl.col("canvas_tokens") / secs).alias("canvas_tps"),
-    )
-    labels = pl.DataFrame(
-        [{"decoder": d, "params": p, "label": decoder_label(d, p)}
-         for d, p in cells.select("decoder", "params").unique().iter_rows()],
-        schema={"decoder": pl.String, "params": pl.String, "label": pl.String})
-    cells = cells.join(labels, on=["decoder", "params"], how="left")
-    base = (cells.filter(pl.col("decoder") == "default").sort("cell_id").unique(subset=list(BASELINE), keep="first")
-            .select(*BASELINE, pl.col("tps").alias("default_tps"), pl.col("mean_nfe").alias("default_nfe")))
-    cells = cells.join(base, on=list(BASELINE), how="left").with_columns(
-        pl.when(pl.col("default_tps") > 0).then(pl.col("tps") / pl.col("default_tps")).alias("speedup"),
-        pl.when(pl.col("mean_nfe") > 0).then(pl.col("default_nfe") / pl.col("mean_nfe")).alias("nfe_speedup"),
-    ).drop("default_tps", "default_nfe")
+    """One row per cell: its settings, label and the metrics module's numbers (intervals and the
+    paired comparison with its Default cell included), in table order."""
+    from ..platform.metrics import BASELINE_DECODER, CellMetrics
+    from ..platform.metrics import summarize_cells as cell_stats
+    from ..platform.spec import Cell
+
+    firsts = records.sort("cell_id", "sample_id").unique(subset="cell_id", keep="first", maintain_order=True)
+    cells = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
+    base: dict[tuple, str] = {}
+    for cid, c in sorted(cells.items()):
+        if c.decoder == BASELINE_DECODER:
+            base.setdefault(c.baseline_key(), cid)
+    stats = cell_stats(records, {cid: base.get(c.baseline_key()) for cid, c in cells.items()})
+    metric_names = [f.name for f in dataclasses.fields(CellMetrics)]
+    rows = [{"cell_id": cid, **{k: r[k] for k in SETTING}, "label": cells[cid].label(),
+             **dataclasses.asdict(stats[cid])} for cid, r in zip(firsts["cell_id"], firsts.iter_rows(named=True))]
+    schema = {"cell_id": pl.String, **{k: records.schema[k] for k in SETTING}, "label": pl.String,
+              **{k: (pl.Int64 if k in ("n", "errors", "correct", "generated_tokens", "shared") else pl.Float64)
+                 for k in metric_names}}
+    frame = pl.DataFrame(rows, schema=schema)
     order = {name: i for i, name in enumerate(_decoder_order())}
-    return (cells.with_columns(pl.col("decoder").replace_strict(order, default=len(order), return_dtype=pl.Int64)
+    return (frame.with_columns(pl.col("decoder").replace_strict(order, default=len(order), return_dtype=pl.Int64)
                                .alias("_order"))
             .sort([*CONTEXT, "task", "_order", "label"]).drop("_order"))
 
@@ -135,8 +111,14 @@ class Table:
     note: str = ""
 
 
-def fmt_acc(v: float | None) -> str:
-    return "-" if v is None or math.isnan(v) else f"{v:.1f}"
+def fmt_acc(c: dict[str, Any]) -> str:
+    """`16.0 ±10.2` (half the 95 % Wilson interval), with ` *` when the accuracy differs from the
+    Default cell's at p < 0.05 (exact McNemar on the shared samples)."""
+    v = c["accuracy"]
+    if v is None or math.isnan(v):
+        return "-"
+    p = c.get("p_value")
+    return f"{v:.1f} ±{(c['accuracy_hi'] - c['accuracy_lo']) / 2:.1f}" + (" *" if p is not None and p < 0.05 else "")
 
 
 def fmt_nfe(v: float | None) -> str:
@@ -147,8 +129,12 @@ def fmt_tps(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.1f}"
 
 
-def fmt_speedup(v: float | None) -> str:
-    return "-" if v is None or math.isnan(v) else f"{v:.2f}x"
+def fmt_speedup(c: dict[str, Any]) -> str:
+    """`3.50x ±0.21` (half the 95 % paired-bootstrap interval, when there is one)."""
+    v, lo, hi = c["speedup"], c.get("speedup_lo"), c.get("speedup_hi")
+    if v is None or math.isnan(v):
+        return "-"
+    return f"{v:.2f}x" if lo is None or hi is None else f"{v:.2f}x ±{(hi - lo) / 2:.2f}"
 
 
 def _groups(frame: pl.DataFrame, keys: Sequence[str]) -> list[tuple[dict[str, Any], pl.DataFrame]]:
@@ -190,7 +176,7 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
                     line += ["-"] * 4
                     continue
                 c = r.row(0, named=True)
-                line += [fmt_acc(c["accuracy"]), fmt_nfe(c["mean_nfe"]), fmt_tps(c["tps"]), fmt_speedup(c["speedup"])]
+                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_tps(c["tps"]), fmt_speedup(c)]
             body.append(tuple(line))
         desc = _describe(key, vary)
         out.append((key, desc, Table("main", f"Decoders x tasks ({desc})", tuple(header), tuple(body))))
@@ -214,7 +200,7 @@ def length_tables(cells: pl.DataFrame) -> list[Table]:
                 r = rows.filter((pl.col("label") == label) & (pl.col("gen_length") == g)
                                 & (pl.col("block_length") == b))
                 c = r.row(0, named=True) if r.height else None
-                line += ([fmt_acc(c["accuracy"]), fmt_tps(c["tps"]), fmt_speedup(c["speedup"])] if c else ["-"] * 3)
+                line += ([fmt_acc(c), fmt_tps(c["tps"]), fmt_speedup(c)] if c else ["-"] * 3)
             body.append(tuple(line))
         desc = ", ".join(f"{k} {key[k]}" for k in key if k in ("model", "task", "cache") or k in vary)
         out.append(Table("length", f"Generation-length robustness ({desc})", tuple(header), tuple(body)))
@@ -252,8 +238,8 @@ def sensitivity_table(key: dict[str, Any], rows: pl.DataFrame, names: list[str],
     body = []
     for i, c in enumerate(rows.iter_rows(named=True)):
         front = " + ".join(n for n, f in (("acc-TPS", on_tps[i]), ("acc-NFE", on_nfe[i])) if f) or ""
-        body.append((*(str(ps[i].get(n, "-")) for n in names), fmt_acc(c["accuracy"]), fmt_nfe(c["mean_nfe"]),
-                     fmt_tps(c["tps"]), fmt_speedup(c["speedup"]), str(c["n"]), front))
+        body.append((*(str(ps[i].get(n, "-")) for n in names), fmt_acc(c), fmt_nfe(c["mean_nfe"]),
+                     fmt_tps(c["tps"]), fmt_speedup(c), str(c["n"]), front))
     shown = {"model", "task", "decoder", *ALWAYS_SHOWN, *vary}
     desc = ", ".join(f"{k} {key[k]}" for k in key if k in shown)
     return Table("sensitivity", f"Hyperparameter sensitivity ({desc})", header, tuple(body),
@@ -472,7 +458,12 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
                         f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."))
     blocks.append(("p", "accuracy % = correct / samples without error; NFE = mean forward calls per sample; "
                         "TPS = sum of generated tokens / sum of decode seconds; speedup = TPS / TPS of `default` "
-                        "with the same model, task, gen_length, block_length and cache."))
+                        "with the same model, task, gen_length, block_length and cache. How to read the intervals: "
+                        "± is half the width of a 95 % interval (Wilson for accuracy, a paired bootstrap over the "
+                        "samples both cells share for speedup), so two decoders whose intervals overlap widely "
+                        "are not told apart by this many samples; * marks an accuracy that differs from "
+                        "`default`'s at p < 0.05 (exact McNemar test on the shared samples). cells.csv has the "
+                        "exact bounds and p-values."))
     tables: list[Table] = []
     figures: list[Path] = []
 

@@ -2,12 +2,13 @@
 
 Samples are decoded one at a time (batch 1, the setting TPS is usually reported at) and
 scored as they finish; code is scored in the sandbox on a thread pool so scoring
-overlaps decoding. TPS of a cell is total generated tokens / total decode seconds.
+overlaps decoding. The cell's numbers come from the metrics module, like every surface's.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 from ..decoders import Scheduler
@@ -15,6 +16,7 @@ from ..tasks.base import cut_at_stops
 from ..tasks.prompting import encode_prompt
 from .engine import Engine, GenerationConfig, SampleOutput
 from .loading import LoadedModel
+from .metrics import CellMetrics, cell_metrics
 
 
 @dataclass(frozen=True)
@@ -41,31 +43,26 @@ class CellResult:
     def n(self) -> int:
         return len(self.samples)
 
-    @property
-    def accuracy(self) -> float:
-        return 100.0 * sum(s.correct for s in self.samples) / self.n if self.n else 0.0
+    @cached_property
+    def stats(self) -> CellMetrics:
+        """The metrics module's numbers for these samples (accuracy with its Wilson interval, TPS, ...)."""
+        import polars as pl
 
-    @property
-    def mean_nfe(self) -> float:
-        return sum(s.nfe for s in self.samples) / self.n if self.n else 0.0
+        gen = self.settings.get("gen_length", 0)
+        frame = pl.DataFrame([{"sample_id": s.sample_id, "correct": s.correct, "error": None, "nfe": s.nfe,
+                               "generated_tokens": s.generated_tokens, "decode_seconds": s.decode_seconds,
+                               "gen_length": gen} for s in self.samples],
+                             schema={"sample_id": pl.String, "correct": pl.Boolean, "error": pl.String, "nfe": pl.Int64,
+                                     "generated_tokens": pl.Int64, "decode_seconds": pl.Float64, "gen_length": pl.Int64})
+        return cell_metrics(frame)
 
-    @property
-    def decode_seconds(self) -> float:
-        return sum(s.decode_seconds for s in self.samples)
-
-    @property
-    def tps(self) -> float:
-        secs = self.decode_seconds
-        return sum(s.generated_tokens for s in self.samples) / secs if secs else 0.0
-
-    @property
-    def canvas_tps(self) -> float:
-        secs = self.decode_seconds
-        return self.settings.get("gen_length", 0) * self.n / secs if secs else 0.0
+    def __getattr__(self, name: str):  # accuracy, mean_nfe, tps, canvas_tps, decode_seconds, ...
+        if name.startswith("_") or name in ("samples", "settings", "stats"):
+            raise AttributeError(name)
+        return getattr(self.stats, name)
 
     def summary(self) -> dict[str, Any]:
-        return {**self.settings, "n": self.n, "accuracy": self.accuracy, "mean_nfe": self.mean_nfe,
-                "tps": self.tps, "canvas_tps": self.canvas_tps, "decode_seconds": self.decode_seconds}
+        return {**self.settings, **self.stats.metrics(), "n": self.n}
 
 
 def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:

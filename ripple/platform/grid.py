@@ -25,6 +25,7 @@ import polars as pl
 
 from ..errors import RippleError
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
+from .metrics import BASELINE_DECODER, CellMetrics, summarize_cells
 from .store import KEY, ResultStore, SampleRecord
 from .workers import WorkItem
 
@@ -45,31 +46,23 @@ def default_store() -> Path:
 
 @dataclass(frozen=True)
 class CellSummary:
-    """A cell's aggregates over its stored samples (errors excluded, and counted)."""
+    """A cell and its metrics (`metrics.py`: errors excluded and counted, intervals, the comparison
+    with the Default cell of the same model, task, lengths and cache when the grid has one)."""
 
     cell: Cell
-    n: int
-    errors: int
-    accuracy: float  # percent correct
-    mean_nfe: float
-    tps: float  # total generated tokens / total decode seconds
-    canvas_tps: float
-    decode_seconds: float
-    speedup: float | None = None  # TPS / TPS of Default on the same model, task, lengths and cache
-    nfe_speedup: float | None = None  # mean NFE of Default / mean NFE
+    stats: CellMetrics
 
     @property
     def cell_id(self) -> str:
         return self.cell.cell_id
 
+    def __getattr__(self, name: str):  # n, accuracy, tps, speedup, ...: the metrics' fields
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.stats, name)
+
     def metrics(self) -> dict[str, float]:
-        out = {"accuracy": self.accuracy, "mean_nfe": self.mean_nfe, "tps": self.tps, "canvas_tps": self.canvas_tps,
-               "n": float(self.n), "errors": float(self.errors), "decode_seconds": self.decode_seconds}
-        if self.speedup is not None:
-            out["speedup"] = self.speedup
-        if self.nfe_speedup is not None:
-            out["nfe_speedup"] = self.nfe_speedup
-        return out
+        return self.stats.metrics()
 
 
 @dataclass
@@ -236,47 +229,20 @@ def _results(ready: list, inflight: dict) -> list[SampleRecord]:
 
 
 # ---------------------------------------------------------------------------- summaries
-def summarize(spec: GridSpec, items: list[WorkItem], frame: pl.DataFrame) -> list[CellSummary]:
-    """Aggregate each cell over its planned samples in `frame` (the deduplicated store)."""
+def planned_rows(items: list[WorkItem], frame: pl.DataFrame) -> pl.DataFrame:
+    """The records of `frame` (the deduplicated store) that belong to `items`."""
     planned = pl.DataFrame([{"cell_id": it.cell.cell_id, "sample_id": it.example.id} for it in items],
                            schema={"cell_id": pl.String, "sample_id": pl.String})
-    rows = frame.join(planned, on=KEY, how="semi")
-    agg = rows.group_by("cell_id").agg(
-        pl.len().alias("n_all"),
-        pl.col("error").is_not_null().sum().alias("errors"),
-        (pl.col("correct").filter(pl.col("error").is_null()).cast(pl.Float64).mean() * 100).alias("accuracy"),
-        pl.col("nfe").filter(pl.col("error").is_null()).cast(pl.Float64).mean().alias("mean_nfe"),
-        pl.col("generated_tokens").filter(pl.col("error").is_null()).sum().alias("tokens"),
-        pl.col("decode_seconds").filter(pl.col("error").is_null()).sum().alias("seconds"),
-        pl.col("gen_length").filter(pl.col("error").is_null()).sum().alias("canvas_tokens"),
-    )
-    by_id = {r["cell_id"]: r for r in agg.iter_rows(named=True)}
-    out: list[CellSummary] = []
-    for cell in spec.cells:
-        r = by_id.get(cell.cell_id)
-        if r is None:
-            continue
-        secs = r["seconds"] or 0.0
-        ok = r["n_all"] - r["errors"]
-        out.append(CellSummary(cell, ok, r["errors"], r["accuracy"] or 0.0, r["mean_nfe"] or 0.0,
-                               (r["tokens"] or 0) / secs if secs else 0.0,
-                               (r["canvas_tokens"] or 0) / secs if secs else 0.0, secs))
-    return with_speedups(out)
+    return frame.join(planned, on=KEY, how="semi")
 
 
-def with_speedups(summaries: list[CellSummary]) -> list[CellSummary]:
-    """Fill speedup and NFE speedup against the Default cell of the same baseline key, if any."""
-    from dataclasses import replace
-
-    base = {s.cell.baseline_key(): s for s in summaries if s.cell.decoder == "default"}
-    out = []
-    for s in summaries:
-        b = base.get(s.cell.baseline_key())
-        if b is None or not b.tps or not s.mean_nfe:
-            out.append(s)
-            continue
-        out.append(replace(s, speedup=s.tps / b.tps, nfe_speedup=b.mean_nfe / s.mean_nfe))
-    return out
+def summarize(spec: GridSpec, items: list[WorkItem], frame: pl.DataFrame) -> list[CellSummary]:
+    """Each cell's metrics over its planned samples in `frame` (the deduplicated store), in spec order."""
+    rows = planned_rows(items, frame)
+    cells = list(dict.fromkeys(it.cell for it in items)) or list(spec.cells)
+    base = {c.baseline_key(): c.cell_id for c in cells if c.decoder == BASELINE_DECODER}
+    stats = summarize_cells(rows, {c.cell_id: base.get(c.baseline_key()) for c in cells})
+    return [CellSummary(c, stats[c.cell_id]) for c in spec.cells if c.cell_id in stats]
 
 
 # ---------------------------------------------------------------------------- the driver
@@ -389,6 +355,11 @@ def _progress_text(run: GridRun, per_cell: Counter, total: int) -> str:
     return f"{run.store.experiment}: cells {total - missing}/{total}"
 
 
+INTERVALS_NOTE = ("± is half the width of a 95 % interval: Wilson for accuracy, paired bootstrap over the shared "
+                  "samples for speedup (vs default); * marks an accuracy that differs from default's at p < 0.05 "
+                  "(exact McNemar).")
+
+
 def format_table(run: GridRun) -> str:
     """The comparison table: one row per cell; settings shared by every cell go to the header line."""
     sums = run.summaries
@@ -407,15 +378,18 @@ def format_table(run: GridRun) -> str:
                                                 s.cell.label()] for s in sums]
     minimum = [7] + [0] * len(varying) + [11]  # the widths of the original demo table
     widths = [max(m, *(len(row[i]) for row in keys)) for i, m in enumerate(minimum)]
-    metrics = ["accuracy %", "mean NFE", "     TPS", "speedup"] + (["errors"] if errors else [])
+    cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", f"{s.tps:.1f}",
+             s.speedup_text()] + ([str(s.errors)] if errors else []) for s in sums]
+    metrics = ["accuracy %", "mean NFE", "TPS", "speedup"] + (["errors"] if errors else [])
+    mwidths = [max(len(m), *(len(c[i]) for c in cols)) for i, m in enumerate(metrics)]
 
-    def line(cols: list[str], values: list[str]) -> str:
-        return "| " + " | ".join([f"{c:<{w}}" for c, w in zip(cols, widths)] + values) + " |"
+    def line(keys_: list[str], values: list[str]) -> str:
+        return "| " + " | ".join([f"{c:<{w}}" for c, w in zip(keys_, widths)] +
+                                 [f"{v:>{w}}" for v, w in zip(values, mwidths)]) + " |"
 
-    rule = "|" + "|".join("-" * (w + 2) for w in widths + [len(m) for m in metrics]) + "|"
+    rule = "|" + "|".join("-" * (w + 2) for w in widths + mwidths) + "|"
     lines = [head, line(keys[0], metrics), rule]
-    for s, row in zip(sums, keys[1:]):
-        values = [f"{s.accuracy:>10.1f}", f"{s.mean_nfe:>8.2f}", f"{s.tps:>8.1f}",
-                  f"{s.speedup:>6.2f}x" if s.speedup is not None else f"{'-':>7}"] + ([f"{s.errors:>6}"] if errors else [])
+    for row, values in zip(keys[1:], cols):
         lines.append(line(row, values))
+    lines.append(INTERVALS_NOTE)
     return "\n".join(lines)

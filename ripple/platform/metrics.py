@@ -13,7 +13,7 @@ Statistics come from scipy.stats, not hand-written formulas.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -22,7 +22,7 @@ import polars as pl
 CONFIDENCE = 0.95
 RESAMPLES = 2000  # paired-bootstrap resamples per interval
 SEED = 0  # the bootstrap's seed: the same records always give the same intervals
-KEY = ("cell_id", "sample_id")
+BASELINE_DECODER = "default"  # speedups and paired tests compare against this decoder's cell
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,8 @@ class CellMetrics:
     accuracy_lo: float
     accuracy_hi: float
     mean_nfe: float
-    tokens: int  # generated tokens, summed
-    seconds: float  # decode seconds, summed
+    generated_tokens: int  # summed over the cell
+    decode_seconds: float  # summed over the cell
     tps: float
     canvas_tps: float
     shared: int | None = None  # samples without error in both this cell and its baseline
@@ -52,6 +52,13 @@ class CellMetrics:
     def metrics(self) -> dict[str, float]:
         """The numeric fields that are set, for MLflow and JSON."""
         return {k: float(v) for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_metrics(cls, values: Mapping[str, float]) -> "CellMetrics":
+        """Inverse of `metrics()` (e.g. for numbers that crossed a process boundary as a dict)."""
+        names = {f.name: f.type for f in fields(cls)}
+        return cls(**{k: (int(v) if names[k] in ("int", "int | None") else float(v))
+                      for k, v in values.items() if k in names})
 
     @property
     def significant(self) -> bool:
@@ -122,7 +129,8 @@ def _ok(rows: pl.DataFrame) -> pl.DataFrame:
 def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int = SEED) -> CellMetrics:
     """The metrics of one cell's records (`rows`), compared with `base` (the baseline cell's) if given.
 
-    Columns used: sample_id, correct, error, nfe, generated_tokens, decode_seconds, gen_length."""
+    Columns used: sample_id, correct, error, nfe, generated_tokens, decode_seconds, gen_length (and
+    task, when present: the rows of several tasks' cells pool into one, as a sweep trial does)."""
     ok = _ok(rows)
     n = ok.height
     correct = int(ok["correct"].cast(pl.Int64).sum() or 0) if n else 0
@@ -131,8 +139,8 @@ def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int
     canvas = int(ok["gen_length"].sum() or 0) if n else 0
     lo, hi = wilson(correct, n)
     out = dict(n=n, errors=rows.height - n, correct=correct, accuracy=100 * correct / n if n else 0.0,
-               accuracy_lo=lo, accuracy_hi=hi, mean_nfe=float(ok["nfe"].mean()) if n else 0.0, tokens=tokens,
-               seconds=seconds, tps=tokens / seconds if seconds else 0.0, canvas_tps=canvas / seconds if seconds else 0.0)
+               accuracy_lo=lo, accuracy_hi=hi, mean_nfe=float(ok["nfe"].mean()) if n else 0.0,
+               generated_tokens=tokens, decode_seconds=seconds, tps=tokens / seconds if seconds else 0.0, canvas_tps=canvas / seconds if seconds else 0.0)
     if base is not None:
         out.update(_compare(ok, _ok(base), out, seed))
     return CellMetrics(**out)
@@ -141,8 +149,9 @@ def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int
 def _compare(ok: pl.DataFrame, base_ok: pl.DataFrame, mine: dict, seed: int) -> dict[str, Any]:
     b_tokens, b_seconds = base_ok["generated_tokens"].sum(), base_ok["decode_seconds"].sum()
     b_nfe = base_ok["nfe"].mean() if base_ok.height else None
-    cols = ["sample_id", "correct", "nfe", "generated_tokens", "decode_seconds"]
-    pair = ok.select(cols).join(base_ok.select(cols), on="sample_id", suffix="_base")
+    key = ["task", "sample_id"] if "task" in ok.columns else ["sample_id"]  # rows may span several tasks
+    cols = [*key, "correct", "nfe", "generated_tokens", "decode_seconds"]
+    pair = ok.select(cols).join(base_ok.select(cols), on=key, suffix="_base")
     out: dict[str, Any] = {"shared": pair.height}
     if b_seconds and b_tokens and mine["tps"]:
         out["speedup"] = mine["tps"] / (b_tokens / b_seconds)
@@ -162,6 +171,11 @@ def _compare(ok: pl.DataFrame, base_ok: pl.DataFrame, mine: dict, seed: int) -> 
     return out
 
 
+def self_baseline(m: CellMetrics) -> CellMetrics:
+    """The baseline compared with itself: speedups exactly 1, nothing to test."""
+    return replace(m, shared=m.n, speedup=1.0 if m.tps else None, nfe_speedup=1.0 if m.mean_nfe else None)
+
+
 def summarize_cells(frame: pl.DataFrame, baselines: Mapping[str, str | None], seed: int = SEED
                     ) -> dict[str, CellMetrics]:
     """Metrics of every cell id in `baselines` that has records in `frame`; `baselines` maps a cell
@@ -173,8 +187,7 @@ def summarize_cells(frame: pl.DataFrame, baselines: Mapping[str, str | None], se
         if rows is None:
             continue
         if base_id == cell_id:  # the baseline against itself: exactly 1, nothing to test
-            m = cell_metrics(rows, None, seed)
-            out[cell_id] = replace(m, shared=m.n, speedup=1.0 if m.tps else None, nfe_speedup=1.0 if m.mean_nfe else None)
+            out[cell_id] = self_baseline(cell_metrics(rows, None, seed))
             continue
         base = by_cell.get(base_id) if base_id is not None else None
         out[cell_id] = cell_metrics(rows, base, seed)

@@ -19,10 +19,11 @@ Example (`ripple/platform/grids/demo.yaml` is another):
 from __future__ import annotations
 
 import difflib
+import json
 import hashlib
 import itertools
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +71,21 @@ class Cell(DecodeSettings):
         return (self.model, self.task, *self.decode_settings().values())
 
     def label(self) -> str:
-        """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)`."""
-        from ..decoders import get
+        """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)` (every stored
+        hyperparameter for a decoder no longer registered: there are no defaults to compare with)."""
+        from ..decoders import get, names
 
-        defaults = get(self.decoder).Params().to_dict()
-        changed = [f"{k}={v}" for k, v in self.params if defaults.get(k) != v]
+        defaults = get(self.decoder).Params().to_dict() if self.decoder in names() else {}
+        changed = [f"{k}={v}" for k, v in self.params if k not in defaults or defaults[k] != v]
         return f"{self.decoder}({', '.join(changed)})" if changed else self.decoder
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "Cell":
+        """The cell a stored sample record belongs to (its `cell_id` is the record's)."""
+        settings = {f.name: record[f.name] for f in fields(DecodeSettings)}
+        params = tuple(sorted(json.loads(record["params"] or "{}").items()))
+        return cls(model=record["model"], task=record["task"], decoder=record["decoder"], params=params, limit=None,
+                   **settings)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ So the driver starts one worker pool (the same actors `ripple grid` uses), hands
 actor handles to every trial through `tune.with_parameters`, and each trial, which asks
 Tune for no CPU of its own, only plans its cells, streams the missing samples through
 the shared actors, appends the records to the result store (its own part files, never
-compacting: other trials write concurrently), and reports its aggregates to Tune.
+compacting: other trials write concurrently), and reports its metrics to Tune: the
+metrics module's numbers over all the trial's samples (every task pooled), compared with
+the default baseline's records on the same samples.
 
 Each trial evaluates one cell per task; cell ids follow the grid's scheme, so a re-run
 skips stored samples and `ripple report` lists the trials in its sensitivity table.
@@ -26,7 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RippleError
-from ..platform.grid import CellSummary, WorkerPool, connect_ray, pool_shape, root_cause, stream_items, summarize
+import polars as pl
+
+from ..platform.grid import INTERVALS_NOTE, WorkerPool, connect_ray, planned_rows, pool_shape, root_cause, stream_items
+from ..platform.metrics import CellMetrics, cell_metrics, self_baseline
 from ..platform.spec import Cell
 from ..platform.store import ResultStore, dumps
 from ..platform.workers import WorkItem
@@ -37,47 +42,7 @@ TRIAL_TAG = "ripple_trial_id"
 TRIAL_MEMORY = 64 * 2**20  # bytes a trial asks Ray for: its only resource request (it never takes a CPU)
 
 
-@dataclass(frozen=True)
-class Aggregate:
-    """A trial's (or the baseline's) metrics over its cells: accuracy is the mean of the tasks'
-    accuracies (each task weighs the same), mean NFE is per sample, TPS pools tokens and seconds."""
-
-    accuracy: float
-    mean_nfe: float
-    tps: float
-    canvas_tps: float
-    n: int
-    errors: int
-    speedup: float | None = None  # TPS / TPS of the default baseline (pooled the same way)
-    nfe_speedup: float | None = None
-
-    def metrics(self) -> dict[str, float]:
-        out = {"accuracy": self.accuracy, "mean_nfe": self.mean_nfe, "tps": self.tps, "canvas_tps": self.canvas_tps,
-               "n": float(self.n), "errors": float(self.errors)}
-        if self.speedup is not None:
-            out["speedup"] = self.speedup
-        if self.nfe_speedup is not None:
-            out["nfe_speedup"] = self.nfe_speedup
-        return out
-
-
-def aggregate(summaries: list[CellSummary], baseline: Aggregate | None = None) -> Aggregate:
-    n = sum(s.n for s in summaries)
-    seconds = sum(s.decode_seconds for s in summaries)
-    tokens = sum(s.tps * s.decode_seconds for s in summaries)
-    canvas = sum(s.canvas_tps * s.decode_seconds for s in summaries)
-    acc = sum(s.accuracy for s in summaries) / len(summaries) if summaries else math.nan
-    nfe = sum(s.mean_nfe * s.n for s in summaries) / n if n else math.nan
-    agg = Aggregate(acc, nfe, tokens / seconds if seconds else 0.0, canvas / seconds if seconds else 0.0, n,
-                    sum(s.errors for s in summaries))
-    if baseline is not None and baseline.tps and agg.mean_nfe:
-        from dataclasses import replace
-
-        agg = replace(agg, speedup=agg.tps / baseline.tps, nfe_speedup=baseline.mean_nfe / agg.mean_nfe)
-    return agg
-
-
-def score(agg: Aggregate, weights: tuple[tuple[str, float], ...]) -> float:
+def score(agg: CellMetrics, weights: tuple[tuple[str, float], ...]) -> float:
     """The spec's scalarisation: sum of weight x metric (metric `score`)."""
     values = {"accuracy": agg.accuracy, "mean_nfe": agg.mean_nfe, "tps": agg.tps, "speedup": agg.speedup or 0.0}
     return sum(w * values[k] for k, w in weights)
@@ -90,7 +55,7 @@ class TrialResult:
     trial_id: str
     params: tuple[tuple[str, Any], ...]  # the searched hyperparameters, public names
     cell_ids: tuple[str, ...]
-    agg: Aggregate | None  # None when the trial failed
+    agg: CellMetrics | None  # over all the trial's samples, against the baseline's; None when the trial failed
     computed: int = 0  # samples this trial decoded (the rest were in the store)
     error: str | None = None
 
@@ -107,7 +72,7 @@ class SweepRun:
     store: ResultStore
     sweep_id: str
     trials: list[TrialResult] = field(default_factory=list)
-    baseline: Aggregate | None = None
+    baseline: CellMetrics | None = None
     front_tps: list[str] = field(default_factory=list)  # trial ids on the accuracy-vs-TPS front
     front_nfe: list[str] = field(default_factory=list)  # trial ids on the accuracy-vs-mean-NFE front
     best: str | None = None  # trial id best by the spec's metric
@@ -127,7 +92,7 @@ class _Context:
     sweep_id: str
     examples: dict  # task -> its examples (the per-task limit applied)
     done: frozenset  # keys already stored without error when the sweep started
-    baseline: Aggregate | None
+    baseline: pl.DataFrame | None  # the default cells' records: speedups and paired tests compare with them
 
 
 class _Actors:
@@ -166,8 +131,8 @@ def _items(ctx: _Context, cells: tuple[Cell, ...]) -> list[WorkItem]:
     return [WorkItem(ctx.spec.experiment, ctx.sweep_id, c, ex) for c in cells for ex in ctx.examples[c.task]]
 
 
-def _evaluate(ctx: _Context, actors: list, cells: tuple[Cell, ...]) -> tuple[list[CellSummary], int]:
-    """Stream the cells' missing samples through the shared workers into the store; their summaries."""
+def _evaluate(ctx: _Context, actors: list, cells: tuple[Cell, ...]) -> tuple[pl.DataFrame, int]:
+    """Stream the cells' missing samples through the shared workers into the store; their records."""
     items = _items(ctx, cells)
     todo = [it for it in items if it.key not in ctx.done]
     store = ResultStore(ctx.store_root, ctx.spec.experiment)
@@ -176,7 +141,7 @@ def _evaluate(ctx: _Context, actors: list, cells: tuple[Cell, ...]) -> tuple[lis
             raise RippleError(f"{len(todo)} samples of cells {', '.join(c.cell_id for c in cells)} are not stored "
                               f"and no workers were started")
         stream_items(_Actors(actors), todo, store.append)  # each finished batch is its own part file
-    return summarize(ctx.spec.grid_spec(cells), items, store.read()), len(todo)
+    return planned_rows(items, store.read()), len(todo)
 
 
 def _trial(config: dict[str, Any], ctx: _Context, actors: list) -> None:
@@ -185,16 +150,15 @@ def _trial(config: dict[str, Any], ctx: _Context, actors: list) -> None:
 
     params = ctx.spec.space.params_for(config)
     cells = ctx.spec.cells_for(ctx.spec.decoder, params.to_dict())
-    summaries, computed = _evaluate(ctx, actors, cells)
-    agg = aggregate(summaries, ctx.baseline)
+    rows, computed = _evaluate(ctx, actors, cells)
+    agg = cell_metrics(rows, ctx.baseline)
     metrics: dict[str, Any] = {**agg.metrics(), "computed": computed, "cell_ids": ",".join(c.cell_id for c in cells),
                                "params": dumps(ctx.spec.space.searched(params))}
     if ctx.spec.weights:
         metrics["score"] = score(agg, ctx.spec.weights)
-    for s in summaries:
-        metrics[f"{s.cell.task}.accuracy"] = s.accuracy
-        metrics[f"{s.cell.task}.tps"] = s.tps
-        metrics[f"{s.cell.task}.mean_nfe"] = s.mean_nfe
+    for c in cells:
+        m = cell_metrics(rows.filter(pl.col("cell_id") == c.cell_id))
+        metrics.update({f"{c.task}.{k}": getattr(m, k) for k in ("accuracy", "tps", "mean_nfe")})
     tune.report(metrics)
 
 
@@ -225,9 +189,9 @@ def run_sweep(spec: SweepSpec, store_dir: str | os.PathLike, *, tracking_uri: st
         try:
             ctx = _Context(spec, str(store.root), run.sweep_id, examples, done, None)
             if spec.baseline:
-                summaries, _ = _evaluate(ctx, pool.actors, spec.baseline_cells())
-                run.baseline = aggregate(summaries)
-                ctx = _Context(spec, str(store.root), run.sweep_id, examples, ctx.done, run.baseline)
+                base_rows, _ = _evaluate(ctx, pool.actors, spec.baseline_cells())
+                run.baseline = self_baseline(cell_metrics(base_rows))
+                ctx = _Context(spec, str(store.root), run.sweep_id, examples, ctx.done, base_rows)
             run.trials = _tune(spec, ctx, pool.actors, store, run.sweep_id, progress)
         finally:
             pool.close()
@@ -293,8 +257,7 @@ def _tune(spec: SweepSpec, ctx: _Context, actors: list, store: ResultStore, swee
             out.append(TrialResult(trial_id, params, (), None, 0, error))
             continue
         params = tuple(json.loads(m["params"]).items())
-        agg = Aggregate(m["accuracy"], m["mean_nfe"], m["tps"], m["canvas_tps"], int(m["n"]), int(m["errors"]),
-                        m.get("speedup"), m.get("nfe_speedup"))
+        agg = CellMetrics.from_metrics(m)
         out.append(TrialResult(trial_id, params, tuple(m["cell_ids"].split(",")), agg, int(m["computed"])))
     return sorted(out, key=lambda t: t.trial_id)
 
@@ -339,6 +302,10 @@ def _name_fronts(run: SweepRun) -> None:
     run.best = max(ok, key=value).trial_id if ok else None
 
 
+TABLE_METRICS = ("accuracy", "accuracy_lo", "accuracy_hi", "mean_nfe", "tps", "speedup", "speedup_lo", "speedup_hi",
+                 "nfe_speedup", "p_value", "n", "errors")
+
+
 def trial_frame(run: SweepRun):
     """The trial table (one row per trial, plus the baseline): what the CSV, the plot and the tests read."""
     import polars as pl
@@ -349,9 +316,7 @@ def trial_frame(run: SweepRun):
         a = t.agg
         p = dict(t.params)
         rows.append({"trial_id": t.trial_id, "label": t.label, **{n: p.get(n) for n in names},
-                     "accuracy": a.accuracy if a else None, "mean_nfe": a.mean_nfe if a else None,
-                     "tps": a.tps if a else None, "speedup": a.speedup if a else None, "n": a.n if a else None,
-                     "errors": a.errors if a else None, "computed": t.computed,
+                     **{k: getattr(a, k) if a else None for k in TABLE_METRICS}, "computed": t.computed,
                      "front_tps": t.trial_id in run.front_tps, "front_nfe": t.trial_id in run.front_nfe,
                      "cell_ids": ",".join(t.cell_ids), "error": t.error})
     return pl.DataFrame(rows, infer_schema_length=None)
@@ -378,7 +343,7 @@ def write_outputs(run: SweepRun) -> Path:
     tasks = ", ".join(t for t, _ in run.spec.tasks)
     plot_pareto(points.select("label", "accuracy", "tps", "mean_nfe"),
                 f"{run.spec.experiment}: {run.spec.decoder} trials #n ({', '.join(names)}) on {run.spec.model} "
-                f"({tasks}, mean accuracy){base}", out / "pareto.png")
+                f"({tasks}){base}", out / "pareto.png")
     return out
 
 
@@ -428,13 +393,13 @@ def format_table(run: SweepRun) -> str:
     spec = run.spec
     names = [d.name for d in spec.space.dims]
     head = (f"sweep {spec.experiment}: {spec.decoder} on {spec.model}, {spec.search} search, {len(run.trials)} trials; "
-            f"accuracy = mean over tasks ({', '.join(t for t, _ in spec.tasks)})")
+            f"accuracy over every sample of {', '.join(t for t, _ in spec.tasks)}")
     cols = ["trial", *names, "accuracy %", "mean NFE", "TPS", "speedup", "front"]
     rows = []
     if run.baseline is not None:
         b = run.baseline
-        rows.append(["default", *["-"] * len(names), f"{b.accuracy:.1f}", f"{b.mean_nfe:.2f}", f"{b.tps:.1f}",
-                     "1.00x", ""])
+        rows.append(["default", *["-"] * len(names), b.accuracy_text(), f"{b.mean_nfe:.2f}", f"{b.tps:.1f}",
+                     b.speedup_text(), ""])
     for t in run.trials:
         p = dict(t.params)
         if t.agg is None:
@@ -442,8 +407,8 @@ def format_table(run: SweepRun) -> str:
             continue
         a = t.agg
         front = " + ".join(n for n, ids in (("acc-TPS", run.front_tps), ("acc-NFE", run.front_nfe)) if t.trial_id in ids)
-        rows.append([t.trial_id, *(str(p.get(n)) for n in names), f"{a.accuracy:.1f}", f"{a.mean_nfe:.2f}",
-                     f"{a.tps:.1f}", f"{a.speedup:.2f}x" if a.speedup is not None else "-",
+        rows.append([t.trial_id, *(str(p.get(n)) for n in names), a.accuracy_text() + (" *" if a.significant else ""),
+                     f"{a.mean_nfe:.2f}", f"{a.tps:.1f}", a.speedup_text(),
                      front + (" *best" if t.trial_id == run.best else "")])
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     line = lambda r: "| " + " | ".join(f"{v:<{w}}" for v, w in zip(r, widths)) + " |"  # noqa: E731
@@ -451,6 +416,7 @@ def format_table(run: SweepRun) -> str:
     labels = {t.trial_id: t.label for t in run.trials}
     for title, ids in (("accuracy vs TPS", run.front_tps), ("accuracy vs mean NFE", run.front_nfe)):
         lines.append(f"Pareto front ({title}): " + "; ".join(f"{i} ({labels[i]})" for i in ids))
+    lines.append(INTERVALS_NOTE)
     lines.append(f"best by {spec.metric} ({spec.mode}): {run.best}; table and plot in {run.out_dir}"
                  + (f"; MLflow parent run {run.parent_run_id}" if run.parent_run_id else ""))
     return "\n".join(lines)
