@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .grid import CellSummary
 
 CELL_TAG = "ripple_cell_id"
+EXPERIMENT_KIND_TAG, MODEL_DEVELOPMENT = "mlflow.experimentKind", "custom_model_development"
 
 
 def tracking_uri(store_dir: str | os.PathLike, override: str | None = None) -> str:
@@ -76,6 +77,8 @@ class Tracker:
                 exp_id = exp.experiment_id
                 if exp.lifecycle_stage == LifecycleStage.DELETED:
                     client.restore_experiment(exp_id)
+            # MLflow 3 opens an experiment on a GenAI overview unless it is marked as model development
+            client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, MODEL_DEVELOPMENT)
         except MlflowException as exc:
             raise RippleError(f"MLflow tracking store {uri} is unusable ({exc.message.splitlines()[0]})") from None
         return cls(client, exp_id, uri)
@@ -107,9 +110,11 @@ class Tracker:
                     out[c.cell_id] = existing[c.cell_id]
                     continue
                 run_id = existing.get(c.cell_id)
+                table = records.filter(pl.col("cell_id") == c.cell_id).sort("sample_id")
+                start_ms, end_ms = _span_ms(table)
                 if run_id is None:
                     tags = {CELL_TAG: c.cell_id, "ripple_spec": spec_path, "mlflow.runName": run_name(s)}
-                    run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
+                    run_id = self.client.create_run(self.experiment_id, start_time=start_ms, tags=tags).info.run_id
                     params = {k: v for k, v in c.settings.items() if k != "params"}
                     params.update({f"decoder.{k}": v for k, v in c.params})
                     params["params"] = c.params_json
@@ -119,14 +124,13 @@ class Tracker:
                 now = _now_ms()
                 self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in s.metrics().items()],
                                       tags=[RunTag("ripple_hardware", _hardware(records, c.cell_id))])
-                table = records.filter(pl.col("cell_id") == c.cell_id).sort("sample_id")
                 cell_dir = Path(tmp) / c.cell_id
                 cell_dir.mkdir()
                 table.write_parquet(cell_dir / "samples.parquet")
                 table.write_csv(cell_dir / "samples.csv")  # the MLflow UI previews CSV as a table
                 self.client.log_artifact(run_id, str(cell_dir / "samples.parquet"))
                 self.client.log_artifact(run_id, str(cell_dir / "samples.csv"))
-                self.client.set_terminated(run_id, "FINISHED")
+                self.client.set_terminated(run_id, "FINISHED", end_time=end_ms)
                 self._logged[c.cell_id] = s.metrics()
                 out[c.cell_id] = run_id
         return out
@@ -163,6 +167,16 @@ def run_name(s: "CellSummary") -> str:
 def _hardware(records: pl.DataFrame, cell_id: str) -> str:
     hw = records.filter(pl.col("cell_id") == cell_id)["hardware"].drop_nulls().unique().sort().to_list()
     return "; ".join(hw) or "unknown"
+
+
+def _span_ms(table: pl.DataFrame) -> tuple[int | None, int | None]:
+    """When the cell's samples were computed: from the first decode's start to the last finish
+    (unix ms), so a run's duration in the UI is the cell's, not the few milliseconds of logging."""
+    done = table.filter(pl.col("finished_at").is_not_null())
+    if done.height == 0:
+        return None, None
+    starts = done["finished_at"] - done["decode_seconds"].fill_null(0.0)
+    return int(starts.min() * 1000), int(done["finished_at"].max() * 1000)
 
 
 def _now_ms() -> int:
