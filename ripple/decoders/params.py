@@ -16,7 +16,16 @@ def hp(default, lo=None, hi=None, *, lo_open=False, hi_open=False, name=None, do
     return field(default=default, metadata=meta)
 
 
+def choice(default: str, choices: tuple[str, ...], *, name=None, doc=""):
+    """A hyperparameter field taking one of `choices` (strings)."""
+    meta = {"lo": None, "hi": None, "lo_open": False, "hi_open": False, "name": name, "doc": doc, "search": None,
+            "choices": tuple(choices)}
+    return field(default=default, metadata=meta)
+
+
 def _range_text(meta: dict, kind: type) -> str:
+    if meta.get("choices"):
+        return f"one of {', '.join(meta['choices'])}"
     lo, hi = meta["lo"], meta["hi"]
     left = "(" if meta["lo_open"] else "["
     right = ")" if meta["hi_open"] else "]"
@@ -43,6 +52,8 @@ class HyperParams:
                 value, ok = float(value), True
             if ok and kind is float and not math.isfinite(value):
                 ok = False
+            if ok and meta.get("choices"):
+                ok = value in meta["choices"]
             lo, hi = meta.get("lo"), meta.get("hi")
             if ok and lo is not None:
                 ok = value > lo if meta.get("lo_open") else value >= lo
@@ -88,5 +99,5 @@ def public_name(f: dataclasses.Field) -> str:
 
 
 def field_kind(f: dataclasses.Field) -> type:
-    t = f.type if isinstance(f.type, type) else {"float": float, "int": int}.get(str(f.type), float)
+    t = f.type if isinstance(f.type, type) else {"float": float, "int": int, "str": str}.get(str(f.type), float)
     return t

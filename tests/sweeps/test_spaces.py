@@ -72,3 +72,17 @@ def test_decoder_without_search_metadata_needs_an_explicit_space():
     assert [(d.lo, d.hi) for d in space.dims] == [(0.0, 1.0)]
     with pytest.raises(RippleError, match="no bounded default search range"):
         derive_space("confidence", {"factor": None})  # [0, inf): no default range to sample
+
+
+def test_choice_hyperparameters_are_searched_over_their_values():
+    space = derive_space("eb_sampler", {"order": None, "gamma": 0.5})
+    (dim,) = space.dims
+    assert (dim.name, dim.kind, dim.grid_values()) == ("order", str, ["entropy", "confidence"])
+    assert isinstance(space.param_space("random")["order"], Categorical)
+    assert space.params_for({"order": "confidence"}).to_dict() == {"gamma": 0.5, "order": "confidence"}
+    fixed = derive_space("eb_sampler", {"order": "confidence", "gamma": [0.1, 1.0]})
+    assert dict(fixed.fixed) == {"order": "confidence"} and [d.name for d in fixed.dims] == ["gamma"]
+    with pytest.raises(RippleError, match="order='random' is invalid; accepted: one of entropy, confidence"):
+        derive_space("eb_sampler", {"order": ["entropy", "random"]})
+    with pytest.raises(RippleError, match="order: give one value"):
+        derive_space("eb_sampler", {"order": {"lo": 0}})
