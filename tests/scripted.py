@@ -51,6 +51,7 @@ class ScriptedModel:
         self.shift = shift
         self.calls = 0  # forward calls
         self.row_calls = 0  # sum over calls of batch rows
+        self.logits_rows: list[int] = []  # per call: the query rows projected to logits
 
     def __call__(self, tokens, positions, attn_mask=None, kv=None, window=None, return_kv=False, logits_rows=None):
         self.calls += 1
@@ -64,6 +65,7 @@ class ScriptedModel:
         else:
             key_tok, key_pos = tokens, positions
         rows = range(T) if logits_rows is None else [int(r) for r in logits_rows]
+        self.logits_rows.append(len(rows))
         out = torch.empty(B, len(rows), self.vocab_size)
         for b in range(B):
             for j, q in enumerate(rows):

@@ -7,7 +7,14 @@ block variants to evaluate in one packed lookahead forward. After a lookahead th
 decoder's `resolve` picks what to commit and which distributions to carry into the next
 step, so no extra forward is run. A plan may also ask for the leave-one-out shadow of the
 block (WINO's verification): the engine packs it into the step's forward and hands its
-logits to the next step as `BlockState.shadow`.
+logits to the next step as `BlockState.shadow`. A decoder that declares
+`needs_rows_beyond_block` (KLASS, whose distribution history runs across block boundaries)
+also gets the next block's distributions from every forward as `BlockState.beyond`; the
+others' forwards compute the block's rows only.
+
+For shifted-logit families (Dream) the engine commits the block's first position at the
+block opening (ripple/platform/engine.py); such positions are marked in `BlockState.fixed`
+and are never remasked.
 """
 from __future__ import annotations
 
@@ -62,12 +69,20 @@ class Resolution:
 class BlockState:
     """One sample's current block as a decoder sees it. The engine updates tokens/logits."""
 
-    def __init__(self, tokens: torch.Tensor, logits: torch.Tensor, mask_id: int, block_index: int):
+    def __init__(self, tokens: torch.Tensor, logits: torch.Tensor, mask_id: int, block_index: int,
+                 sample_memory: dict[str, Any] | None = None):
         self.tokens = tokens  # [L] view into the canvas
         self.mask_id = mask_id
         self.block_index = block_index
         self.step = 0
         self.memory: dict[str, Any] = {}  # decoder scratch, lives for this sample's block
+        # decoder scratch that lives for the whole sample, across its blocks
+        self.sample_memory: dict[str, Any] = {} if sample_memory is None else sample_memory
+        # [L] bool: positions the engine committed at the block opening (shifted families); never remasked
+        self.fixed = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+        # [L, V] logits of the next block's positions from the same forward as `logits`, for decoders
+        # that declare `needs_rows_beyond_block`; None otherwise and in the last block
+        self.beyond: torch.Tensor | None = None
         self._logits = logits
         self._probs: torch.Tensor | None = None
         self._shadow: torch.Tensor | None = None
@@ -122,6 +137,8 @@ class Scheduler(ABC):
     Params: ClassVar[type[HyperParams]]
     uses_lookahead: ClassVar[bool] = False  # plans may carry `variants` (then `resolve` is called)
     uses_shadow: ClassVar[bool] = False  # plans may set `shadow` (leave-one-out verification)
+    # every forward also computes the next block's rows (`BlockState.beyond`); costs nothing when False
+    needs_rows_beyond_block: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
 
     def __init__(self, params: HyperParams | None = None):

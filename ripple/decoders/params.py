@@ -49,13 +49,13 @@ class HyperParams:
             meta = f.metadata
             pub = public_name(f)
             ok = isinstance(value, kind) and not isinstance(value, bool)
-            if ok and kind is str:
-                ok = value in meta["choices"]
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(self, f.name, float(value))
                 value, ok = float(value), True
             if ok and kind is float and not math.isfinite(value):
                 ok = False
+            if ok and meta.get("choices"):
+                ok = value in meta["choices"]
             lo, hi = meta.get("lo"), meta.get("hi")
             if ok and lo is not None:
                 ok = value > lo if meta.get("lo_open") else value >= lo

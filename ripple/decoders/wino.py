@@ -9,12 +9,15 @@ context except the token at j. Its probability of j's current token is j's verif
 tokens decoded before this step whose verification is < tau2 are set back to the mask id,
 so early mistakes made under the loose tau1 can be revoked once more context exists.
 
-Termination: only tokens decoded before the step are verified (a draft is never remasked
-in the step that made it), and a step that drafts n tokens remasks at most n - 1 (and, as
-in the official code, fewer than the previous step drafted), lowest verification first,
-ties toward the lower position. Every step therefore lowers the masked count by at least
-one, so a block finishes within block_length steps even when the model's verification
-keeps rejecting what it drafts (which, uncapped, oscillates forever).
+Rule followed: Feng-Hong/WINO-DLLM@9549a1d, LLaDA/decoding.py, `decoding_wino`. A step that
+drafts more than one token remasks min(failed, last step's drafted count - 1) tokens, lowest
+verification first (ties toward the lower position); a step that drafts one remasks none, and
+a block's first step has nothing to verify. No further cap: the rule terminates by itself,
+since each step remasks fewer than the previous step drafted, so after t steps of a block at
+least t tokens are net committed (the sum telescopes) and a block takes at most block_length
+steps, though a single step may net-remask. Departures: the mask id is never drafted (the
+reference's argmax includes it); for Dream, the position the engine commits at the block
+opening has no shadow row and is never verified.
 """
 from __future__ import annotations
 
@@ -56,15 +59,15 @@ class Wino(Scheduler):
         return Plan(Commit(draft, tokens[draft]), remask=remask, shadow=True, info={"drafted": n, **info})
 
     def _narrow_out(self, state: BlockState, n_draft: int) -> tuple[torch.Tensor, dict]:
-        """Positions to remask: decoded ones verified below tau2, at most n_draft - 1 of them and
-        fewer than the previous step drafted."""
+        """Positions to remask: decoded ones verified below tau2, none if this step drafts one token,
+        else at most the previous step's drafted count minus one."""
         probs = state.shadow_probs  # [L, V], the block as it stands now; None at the block's start
         if probs is None:
             return _EMPTY, {}
-        decoded = ~state.masked
+        decoded = ~state.masked & ~state.fixed
         verify = probs.gather(-1, state.tokens[:, None]).squeeze(-1)  # [L]
         failed = (decoded & (verify < self.params.tau2)).nonzero().squeeze(-1)  # ascending position
-        limit = min(n_draft, state.memory.get("last_draft", n_draft)) - 1
+        limit = state.memory["last_draft"] - 1 if n_draft > 1 else 0
         worst = torch.sort(verify[failed], stable=True).indices[:limit]  # lowest first, ties: lower position
         info = {"verified": int(decoded.sum()), "failed": int(failed.numel())}
         return failed[worst], info

@@ -2,23 +2,35 @@
 packed lookahead forward, NFE counting and decode timing. Decoders only decide.
 
 Cache policies choose which canvas window a step recomputes; keys outside it come from
-the block-opening forward (DESIGN.md section 3):
+the block-opening forward (DESIGN.md section 3). With the block [bs, be):
   none   -> [0, N)        nothing cached
-  prefix -> [lo, N)       keys before the block reused (Fast-dLLM prefix cache)
-  dual   -> [lo, hi)      prefix and suffix reused; only the block is recomputed
-where [lo, hi) is the block window: the block, plus one position before it for
-shifted-logit families (the prediction for position i is read at i-1).
+  prefix -> [bs, N)       keys before the block reused (Fast-dLLM prefix cache)
+  dual   -> [bs, be)      prefix and suffix reused; only the block is recomputed
+The window starts at the block start for every family. A shifted-logit family (Dream:
+the prediction for position i is read at i-1) would need the row before the block to
+predict the block's first position, so its family declares `opening_commit`: the
+block-opening forward commits that position with its top-1 token (mask id excluded), as
+Fast-dLLM's Dream generation does, and the decoder's first step runs on the logits of the
+forward after it. No later forward needs the earlier row; the committed position keeps
+the opening forward's prediction as its row in every later `BlockState.logits`. Both
+forwards count towards NFE.
 
-A step's forward may carry extra segments after the window, each with the block window's
-position ids, as the decoder's plan declares:
-  variants  packed lookahead copies of the block window (visibility rule of DESIGN.md 3);
-  shadow    one all-mask copy of the block window for leave-one-out verification (WINO):
-            shadow row t computes the prediction for block position j = lo + t + shift and
+A step's forward may carry extra segments after the window, as the decoder declares:
+  variants  packed lookahead copies of the block (visibility rule of DESIGN.md 3): a
+            variant sees what a block query sees, with its own copy in place of the block;
+  shadow    one all-mask copy of the block for leave-one-out verification (WINO):
+            shadow row t computes the prediction for block position j = t + shift and
             sees every context key a block query sees except the canvas token at j, plus
-            the whole shadow (so j appears to it as a mask). Base queries and variants
-            never see the shadow; the shadow never sees variants.
-Keys outside the recomputed window come from the block-opening cache for both, so the
-rule holds unchanged under every cache policy.
+            the whole shadow (so j appears to it as a mask). Positions a shifted family
+            committed at the opening have no shadow row and are never verified;
+  beyond    for decoders with `needs_rows_beyond_block` (KLASS), the next block's
+            distributions: plain rows of the window where it covers them (none, prefix),
+            otherwise (dual) a copy of the next block that sees what a block query sees,
+            with its own copy in place of the next block.
+Base queries never see a segment and segments never see each other. Keys outside the
+recomputed window come from the block-opening cache for all of them, so the rules hold
+unchanged under every cache policy. Decoders that declare nothing pay nothing: their
+forwards compute exactly the block's rows.
 """
 from __future__ import annotations
 
@@ -28,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Scheduler
+from ..decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Scheduler, greedy
 from ..errors import RippleError
 from .models.transformer import KVCache
 
@@ -94,6 +106,10 @@ class Engine:
                  max_positions: int | None = None, device: torch.device | str = "cpu"):
         self.model = model
         self.shift = int(getattr(model, "shift", 0))
+        # a shifted family must commit the block's first position at the opening (module docstring)
+        self.opening_commit = bool(getattr(model, "opening_commit", self.shift > 0))
+        if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
+            raise RippleError(f"logit shift {self.shift} needs a model family with opening_commit; supported shifts: 0, 1")
         self.mask_id = int(mask_id)
         self.eos_ids = tuple(int(e) for e in eos_ids)
         self.pad_id = int(pad_id)
@@ -125,13 +141,15 @@ class Engine:
         return out.logits, out.kv
 
     def forward_window(self, canvas, positions, pad, kv: KVCache | None, w0: int, w1: int,
-                       lo: int, hi: int, variants: torch.Tensor | None, logits_rows, shadow: bool = False):
+                       lo: int, hi: int, variants: torch.Tensor | None, logits_rows, shadow: bool = False,
+                       beyond: tuple[int, int] | None = None):
         """Recompute canvas window [w0, w1) (keys elsewhere from `kv`), plus packed segments.
 
-        variants: [B, m, hi - lo] tokens of the block window for each variant.
-        shadow: append the all-mask leave-one-out copy of the block window after the variants.
+        [lo, hi) is the block. variants: [B, m, hi - lo] tokens of the block for each variant.
+        shadow: append the all-mask leave-one-out copy of the block after the variants.
+        beyond: canvas columns [b0, b1) (the next block) to append as a copy after the shadow.
         Returns logits [B, R, V] for `logits_rows` of the packed query sequence
-        (window rows, then m * (hi - lo) variant rows, then hi - lo shadow rows).
+        (window rows, then m * (hi - lo) variant rows, then hi - lo shadow rows, then b1 - b0).
         """
         B, N = canvas.shape
         toks = canvas[:, w0:w1]  # [B, Tw]
@@ -144,43 +162,55 @@ class Engine:
         if shadow:
             toks = torch.cat((toks, torch.full((B, Lw), self.mask_id, dtype=toks.dtype, device=toks.device)), dim=1)
             pos = torch.cat((pos, positions[:, lo:hi]), dim=1)  # [B, Tw + m*Lw + Lw]
+        if beyond is not None:
+            b0, b1 = beyond
+            toks = torch.cat((toks, canvas[:, b0:b1]), dim=1)  # [B, Tw + m*Lw + S + Lb]
+            pos = torch.cat((pos, positions[:, b0:b1]), dim=1)
         mask = None
-        if m or shadow or pad.any():
-            mask = self._mask(pad, w0, w1, lo, hi, m, shadow)
+        if m or shadow or beyond is not None or pad.any():
+            mask = self._mask(pad, w0, w1, lo, hi, m, shadow, beyond)
         if kv is None and (w0, w1) != (0, N):
             raise AssertionError("a partial window needs the block-opening KV cache")
         out = self.model(toks, pos, attn_mask=mask, kv=kv, window=(w0, w1) if kv is not None else None,
                          logits_rows=logits_rows)
         return out.logits
 
-    def _mask(self, pad, w0, w1, lo, hi, m, shadow=False) -> torch.Tensor:
-        """Visibility [B, 1, Tw + E, N + E] (True = may attend), E = (m + shadow) * Lw extra rows."""
+    def _mask(self, pad, w0, w1, lo, hi, m, shadow=False, beyond=None) -> torch.Tensor:
+        """Visibility [B, 1, Tw + E, N + E] (True = may attend), E = (m + shadow) * Lw + Lb extra rows."""
         B, N = pad.shape
         Tw, Lw = w1 - w0, hi - lo
         S = Lw if shadow else 0
-        E = m * Lw + S
+        b0, b1 = beyond if beyond is not None else (0, 0)
+        Lb = b1 - b0
+        E = m * Lw + S + Lb
         dev = pad.device
         key_ok = ~pad  # [B, N]
         base = key_ok[:, None, :].expand(B, Tw, N) | pad[:, w0:w1, None]  # [B, Tw, N]
         if not E:
             return base[:, None]
         no = lambda rows, cols: torch.zeros(B, rows, cols, dtype=torch.bool, device=dev)  # noqa: E731
+        every = lambda n: torch.ones(B, n, n, dtype=torch.bool, device=dev)  # noqa: E731
         parts = [torch.cat((base, no(Tw, E)), dim=2)]  # base queries never see extra segments
         if m:
-            # a variant sees the context minus the anchor's block window, plus its own copy
+            # a variant sees the context minus the anchor's block, plus its own copy
             ctx = key_ok.clone()
             ctx[:, lo:hi] = False
             own = torch.block_diag(*[torch.ones(Lw, Lw, dtype=torch.bool, device=dev)] * m)  # [m*Lw, m*Lw]
-            parts.append(torch.cat((ctx[:, None, :].expand(B, m * Lw, N), own[None].expand(B, -1, -1), no(m * Lw, S)),
-                                   dim=2))
+            parts.append(torch.cat((ctx[:, None, :].expand(B, m * Lw, N), own[None].expand(B, -1, -1),
+                                    no(m * Lw, S + Lb)), dim=2))
         if shadow:
-            # shadow row t sees the context minus its twin, the block position lo + t + shift
-            # it predicts (the spare row of a shifted family predicts past the block: no twin)
+            # shadow row t sees the context minus its twin, the block position lo + t + shift it
+            # predicts (a shifted family's last row predicts past the block: no twin)
             twin = torch.zeros(Lw, N, dtype=torch.bool, device=dev)
             t = torch.arange(hi - lo - self.shift, device=dev)
             twin[t, lo + self.shift + t] = True
             sees = key_ok[:, None, :] & ~twin[None]  # [B, Lw, N]
-            parts.append(torch.cat((sees, no(Lw, m * Lw), torch.ones(B, Lw, Lw, dtype=torch.bool, device=dev)), dim=2))
+            parts.append(torch.cat((sees, no(Lw, m * Lw), every(Lw), no(Lw, Lb)), dim=2))
+        if Lb:
+            # the next block's copy sees the context minus the canvas next block, plus itself
+            ctx = key_ok.clone()
+            ctx[:, b0:b1] = False
+            parts.append(torch.cat((ctx[:, None, :].expand(B, Lb, N), no(Lb, m * Lw + S), every(Lb)), dim=2))
         return torch.cat(parts, dim=1)[:, None]
 
 
@@ -221,6 +251,7 @@ class _Run:
         self.look_nfe = [0] * B
         self.t_end = [0.0] * B
         self.stopped = [False] * B
+        self.sample_memory: list[dict] = [{} for _ in range(B)]  # decoder scratch per sample, across blocks
 
     # one forward of `kind` over `rows` of the batch, counted for those rows
     def _count(self, rows: list[int], lookahead: bool = False) -> None:
@@ -267,18 +298,25 @@ class _Run:
 
     def _decode_block(self, blk: int, rows: list[int]) -> None:
         e, cfg, dec = self.e, self.cfg, self.decoder
-        L = cfg.block_length
+        L, s = cfg.block_length, e.shift
         bs = self.P + blk * L
         be = bs + L
-        lo, hi = bs - e.shift, be
-        w0, w1 = {"none": (0, self.N), "prefix": (lo, self.N), "dual": (lo, hi)}[cfg.cache]
+        w0, w1 = {"none": (0, self.N), "prefix": (bs, self.N), "dual": (bs, be)}[cfg.cache]
+        nxt = dec.needs_rows_beyond_block and be < self.N  # the decoder reads the next block's rows
         sub = self._rows(rows)
-        # block-opening forward: predictions for [bs, be) are read at rows [lo, lo + L)
-        logits, kv = e.forward_full(sub(self.canvas), sub(self.positions), sub(self.pad),
-                                    torch.arange(lo, lo + L, device=e.device), cfg.cache != "none")
+        ar = lambda n: torch.arange(n, device=e.device)  # noqa: E731
+        # block-opening forward: the prediction for canvas position i is read at row i - shift
+        want = torch.cat([ar(L) + bs - s] + ([ar(L) + be - s] if nxt else []))
+        logits, kv = e.forward_full(sub(self.canvas), sub(self.positions), sub(self.pad), want, cfg.cache != "none")
         self._count(rows)
-        states = {r: BlockState(self.canvas[r, bs:be], logits[i], e.mask_id, blk) for i, r in enumerate(rows)}
-        win = _Window(w0, w1, lo, hi, {r: i for i, r in enumerate(rows)})
+        states = {}
+        for i, r in enumerate(rows):
+            st = BlockState(self.canvas[r, bs:be], logits[i, :L], e.mask_id, blk, self.sample_memory[r])
+            st.beyond = logits[i, L:] if nxt else None
+            states[r] = st
+        win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt)
+        if e.opening_commit:
+            self._open(rows, states, kv, win, blk)
         max_steps = 4 * L + 16
         while True:
             active = [r for r in rows if bool(states[r].masked.any())]
@@ -303,14 +341,31 @@ class _Run:
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
                 self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
 
+    def _open(self, rows: list[int], states, kv, win: _Window, blk: int) -> None:
+        """Commit each row's first block position with its top-1 token from the block-opening
+        forward (Fast-dLLM's Dream generation), then run the forward the decoder's first step reads."""
+        group = []
+        for r in rows:
+            st = states[r]
+            tokens, _ = greedy(st)  # [L], never the mask id
+            commit = Commit(torch.zeros(1, dtype=torch.long), tokens[:1])
+            self._apply(r, st, commit, None)
+            st.fixed[0] = True
+            still = bool(st.masked.any())
+            self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
+            if still:
+                group.append(r)
+        if group:
+            self._forward(group, (False, False), states, {}, kv, rows, win, blk)
+
     def _forward(self, group: list[int], kind: tuple[bool, bool], states, plans, kv, rows, win: _Window, blk: int):
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
-        e, L = self.e, self.cfg.block_length
+        e, L, s = self.e, self.cfg.block_length, self.e.shift
         looks, shadow = kind
         pick = self._rows(group)
         if kv is not None and len(group) != len(rows):
             kv = kv.select(torch.tensor([win.row_pos[r] for r in group], device=e.device))
-        Tw, Lw = win.w1 - win.w0, win.hi - win.lo
+        Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
         variants, m = None, 0
         if looks:
             m = max(plans[r].variants.shape[0] for r in group)
@@ -319,27 +374,41 @@ class _Run:
                 v = plans[r].variants.to(e.device)  # [m_r, L]
                 if v.shape[0] < m:  # pad with copies of the anchor block; their logits are ignored
                     v = torch.cat((v, states[r].tokens[None].expand(m - v.shape[0], L)), dim=0)
-                # shifted families: the variant window starts one position before the block
-                head = self.canvas[r, win.lo:win.lo + e.shift][None].expand(m, e.shift)
-                var.append(torch.cat((head, v), dim=1))  # [m, Lw]
-            variants = torch.stack(var)  # [G, m, Lw]
-        ar = lambda n: torch.arange(n, device=e.device)  # noqa: E731
-        out_rows = [ar(L) + win.lo - win.w0]  # the block's predictions in the window
+                var.append(v)
+            variants = torch.stack(var)  # [G, m, L]
+        ar = lambda k: torch.arange(k, device=e.device)  # noqa: E731
+        # the prediction for block position j (>= s) sits at row j - s of the block and of each copy of it
+        out_rows = [ar(n) + win.lo - win.w0]
         if m:
-            out_rows.append((Tw + ar(m)[:, None] * Lw + ar(L)[None]).reshape(-1))
+            out_rows.append((Tw + ar(m)[:, None] * L + ar(n)[None]).reshape(-1))
         if shadow:
-            out_rows.append(Tw + m * Lw + ar(L))
+            out_rows.append(Tw + m * L + ar(n))
+        beyond = None
+        if win.next:  # the next block's predictions: window rows where the window covers them, else its copy
+            c = ar(L) + win.hi - s  # [L] canvas rows
+            inside = c < win.w1
+            out_rows.append(torch.where(inside, c - win.w0, Tw + (m + shadow) * L + c - win.hi))
+            if not bool(inside.all()):
+                beyond = (win.hi, win.hi + L)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
-                               win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow)  # [G, L*(1+m+shadow), V]
+                               win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow,
+                               beyond=beyond)  # [G, n * (1 + m + shadow) + L * next, V]
         self._count(group, lookahead=looks)
         for i, r in enumerate(group):
-            st, plan = states[r], plans[r]
-            st.shadow = out[i, (1 + m) * L:] if shadow else None
+            st, plan, o = states[r], plans.get(r), out[i]
+            head = st.logits[:s]  # [s, V] positions committed at the opening keep that forward's rows
+            v1 = (1 + m) * n  # o: block rows [0, n), variant rows [n, v1), shadow rows, next-block rows
+            sh1 = v1 + (n if shadow else 0)
+            st.shadow = torch.cat((head, o[v1:sh1])) if shadow else None
+            st.beyond = o[sh1:sh1 + L] if win.next else None
+            anchor = torch.cat((head, o[:n]))  # [L, V]
             if not looks:
-                st.logits = out[i, :L]
+                st.logits = anchor
                 continue
             m_r = plan.variants.shape[0]
-            res = self.decoder.resolve(st, plan, Lookahead(out[i, :L], out[i, L:(1 + m) * L].reshape(m, L, -1)[:m_r]))
+            var = o[n:v1].reshape(m, n, -1)[:m_r]  # [m_r, n, V]
+            var = torch.cat((head[None].expand(m_r, s, -1), var), dim=1)  # [m_r, L, V]
+            res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
             self._apply(r, st, res.commit, None)
             st.logits = res.logits
             self._emit(r, blk, st, res.commit, res.info, None, phase="resolve")
@@ -363,6 +432,8 @@ class _Run:
                 raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current block")
             if bool(st.masked[back].any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position that is not decoded")
+            if bool(st.fixed[back].any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position committed at the block opening")
             if bool(torch.isin(back, pos).any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position it commits in the same step")
         if len(commit):
@@ -386,13 +457,14 @@ class _Run:
 
 @dataclass(frozen=True)
 class _Window:
-    """Canvas columns of one block's forwards: recomputed window [w0, w1), block window [lo, hi)."""
+    """Canvas columns of one block's forwards: recomputed window [w0, w1), block [lo, hi)."""
 
     w0: int
     w1: int
     lo: int
     hi: int
     row_pos: dict[int, int]  # batch row -> its index among the block's rows (the KV cache's rows)
+    next: bool = False  # also compute the next block's rows (the decoder needs rows beyond the block)
 
 
 def _forward_label(kind: tuple[bool, bool]) -> str:

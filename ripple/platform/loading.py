@@ -235,7 +235,7 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedMo
     tcfg = family.to_config(cfg)
     files = weight_files(path)
     with torch.device("meta"):
-        model = DiffusionTransformer(tcfg, shift=family.shift)
+        model = DiffusionTransformer(tcfg, shift=family.shift, opening_commit=family.opening_commit)
     _load_weights(model, files, family.rename, family.tied_head(cfg), dev, dt)
     model.eval().requires_grad_(False)
     tokenizer = load_tokenizer(path)

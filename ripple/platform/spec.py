@@ -12,6 +12,8 @@ Example (`ripple/platform/grids/demo.yaml` is another):
     decoders:
       - default
       - {name: rps, params: {lambda: [0.1, 0.2]}}       # a list expands into one cell per value
+      - name: klass                                     # per-task settings override `params` there
+        task_params: {arith: {tau: 0.6, kappa: 0.015}}
     gen_lengths: [48]
     block_lengths: [16]
     caches: [none, prefix]
@@ -35,7 +37,7 @@ from .store import DecodeSettings, check_name, dumps
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
             "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "data_dir", "workers")
-DECODER_KEYS = ("name", "params", "models")
+DECODER_KEYS = ("name", "params", "task_params", "models")
 TASK_KEYS = ("limit",)
 WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
 WORKER_DEVICES = ("auto", "gpu", "cpu")
@@ -110,6 +112,25 @@ class GridSpec:
     workers: WorkerSpec
     description: str = ""
 
+    def _per_task(self) -> list[str]:
+        """One line per decoder whose settings differ between tasks: each task's values of the
+        hyperparameters that differ (`task_params`)."""
+        from ..decoders import get
+
+        by: dict[str, dict[str, list[dict]]] = {}
+        for c in self.cells:
+            settings = by.setdefault(c.decoder, {}).setdefault(c.task, [])
+            if dict(c.params) not in settings:
+                settings.append(dict(c.params))
+        lines = []
+        for name, tasks in by.items():
+            keys = [k for k in get(name).Params().to_dict()
+                    if len({p[k] for ps in tasks.values() for p in ps}) > 1]
+            per = {task: " | ".join(" ".join(f"{k}={p[k]}" for k in keys) for p in ps) for task, ps in tasks.items()}
+            if len(set(per.values())) > 1:
+                lines.append(f"    {name} per task: {'; '.join(f'{t} {v}' for t, v in per.items())}")
+        return lines
+
     def with_limit(self, limit: int | None) -> "GridSpec":
         """Cap the samples of every cell at `limit` (`ripple grid --limit`)."""
         if limit is None:
@@ -128,9 +149,16 @@ class GridSpec:
         axes = {"models": "model", "tasks": "task", "decoders": "label", "gen_lengths": "gen_length",
                 "block_lengths": "block_length", "caches": "cache", "seeds": "seed"}
         lines = [f"grid spec {self.path}: experiment {self.experiment}, {len(self.cells)} cells"]
+        order = {name: i for i, name in enumerate(dict.fromkeys(c.decoder for c in self.cells))}
         for title, attr in axes.items():
-            values = dict.fromkeys(c.label() if attr == "label" else getattr(c, attr) for c in self.cells)
+            if attr == "label":  # grouped by decoder, in spec order
+                cells = sorted(self.cells, key=lambda c: order[c.decoder])
+                values = dict.fromkeys(c.label() for c in cells)
+            else:
+                values = dict.fromkeys(getattr(c, attr) for c in self.cells)
             lines.append(f"  {title}: {', '.join(map(str, values))}")
+            if attr == "label":
+                lines += self._per_task()
         limits = sorted({"all" if c.limit is None else str(c.limit) for c in self.cells})
         lines.append(f"  samples per cell: {', '.join(limits)}")
         return "\n".join(lines)
@@ -255,7 +283,7 @@ class _Parser:
         for model in models:
             self.model(model)
         tasks = self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit"))
-        decoders = self.decoders(raw["decoders"], models)
+        decoders = self.decoders(raw["decoders"], models, [task for task, _ in tasks])
         gens = self.positive_ints(raw["gen_lengths"], "gen_lengths")
         blocks = self.positive_ints(raw["block_lengths"], "block_lengths")
         caches = self.caches(raw.get("caches", ["none"]))
@@ -280,9 +308,9 @@ class _Parser:
         cells = tuple(
             Cell(model=model, task=task, decoder=name, params=params, limit=limit, gen_length=gen, block_length=block,
                  cache=cache, seed=seed, dtype=dtype, chat=chat, split=split, stop_at_eos=stop)
-            for model, (task, limit), (name, params, only), gen, block, cache, seed
-            in itertools.product(models, tasks, decoders, gens, blocks, caches, seeds)
+            for model, (task, limit), (name, per_task, only) in itertools.product(models, tasks, decoders)
             if only is None or model in only
+            for params, gen, block, cache, seed in itertools.product(per_task[task], gens, blocks, caches, seeds)
         )
         ids = [c.cell_id for c in cells]
         if len(set(ids)) != len(ids):
@@ -331,7 +359,10 @@ class _Parser:
                 raise self.fail(str(exc)) from None
         return entries
 
-    def decoders(self, value: Any, models: list[str]) -> list[tuple[str, tuple, frozenset | None]]:
+    def decoders(self, value: Any, models: list[str], tasks: list[str]
+                 ) -> list[tuple[str, dict[str, list[tuple]], frozenset | None]]:
+        """Each entry: (name, {task: [params, ...]}, models it is restricted to). `task_params`
+        override `params` for the tasks they name (the KLASS release tunes per task)."""
         from ..decoders import get
 
         out = []
@@ -339,17 +370,15 @@ class _Parser:
             if isinstance(entry, str):
                 entry = {"name": entry}
             if not isinstance(entry, dict) or "name" not in entry:
-                raise self.fail(f"a decoder entry is a name or a mapping with 'name' (and 'params', 'models'), "
-                                f"got {entry!r}")
+                raise self.fail(f"a decoder entry is a name or a mapping with 'name' (and 'params', 'task_params', "
+                                f"'models'), got {entry!r}")
             self.keys(entry, DECODER_KEYS, f" in decoder entry {entry.get('name')!r}")
             name = entry["name"]
             try:
-                cls = get(str(name))
+                get(str(name))
             except RippleError as exc:
                 raise self.fail(str(exc)) from None
-            params = entry.get("params") or {}
-            if not isinstance(params, dict):
-                raise self.fail(f"decoder {name!r}: 'params' takes a mapping of hyperparameters, got {params!r}")
+            params = self.params_mapping(entry.get("params"), f"decoder {name!r}: 'params'")
             only = entry.get("models")
             if only is not None:
                 only = frozenset(self.strings(only, f"decoders.{name}.models"))
@@ -357,14 +386,44 @@ class _Parser:
                 if unknown:
                     raise self.fail(f"decoder {name!r} is restricted to model {unknown[0]!r}, which is not in "
                                     f"'models': {', '.join(models)}")
-            grid = {k: self.as_list(v, f"decoders.{name}.params.{k}") for k, v in params.items()}
-            for values in itertools.product(*grid.values()):
-                strings = {k: str(v) for k, v in zip(grid, values)}
-                try:
-                    hyper = cls.Params.from_strings(name, strings)
-                except RippleError as exc:
-                    raise self.fail(str(exc)) from None
-                out.append((name, tuple(sorted(hyper.to_dict().items())), only))
+            per_task = entry.get("task_params") or {}
+            if not isinstance(per_task, dict):
+                raise self.fail(f"decoder {name!r}: 'task_params' takes a mapping of task names to hyperparameters, "
+                                f"got {per_task!r}")
+            for task in per_task:
+                if task not in tasks:
+                    close = difflib.get_close_matches(str(task), tasks, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise self.fail(f"decoder {name!r}: task_params names task {task!r}{hint}, which is not in "
+                                    f"'tasks': {', '.join(tasks)}")
+            grids = {}
+            for task in tasks:
+                extra = self.params_mapping(per_task.get(task), f"decoder {name!r}: 'task_params.{task}'")
+                grids[task] = self.expand(str(name), {**params, **extra}, f"decoders.{name}")
+            out.append((str(name), grids, only))
+        return out
+
+    def params_mapping(self, value: Any, where: str) -> dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(f"{where} takes a mapping of hyperparameters, got {value!r}")
+        return value
+
+    def expand(self, name: str, params: dict, where: str) -> list[tuple]:
+        """The validated hyperparameter tuples of one entry: list values expand into one per value."""
+        from ..decoders import get
+
+        cls = get(name)
+        grid = {k: self.as_list(v, f"{where}.params.{k}") for k, v in params.items()}
+        out = []
+        for values in itertools.product(*grid.values()):
+            strings = {k: str(v) for k, v in zip(grid, values)}
+            try:
+                hyper = cls.Params.from_strings(name, strings)
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+            out.append(tuple(sorted(hyper.to_dict().items())))
         return out
 
     def caches(self, value: Any) -> list[str]:

@@ -11,6 +11,7 @@ Override forms accepted per hyperparameter (a sweep spec's `space:` mapping):
     k_max: {lo: 2, hi: 20}        # a range (ints stay ints); `log: true` for log-uniform
     tau: {lo: 0.6, hi: 0.95, points: 4}   # a range, 4 evenly spaced points under grid search
     tau: 0.9                      # fixed, not searched
+    order: [entropy, confidence]  # a choice hyperparameter: its values (None: all of them), or one fixed
 """
 from __future__ import annotations
 
@@ -163,6 +164,13 @@ def _checked(cls: type[HyperParams], f: dataclasses.Field, name: str, value: Any
 def _dimension(cls: type[HyperParams], f: dataclasses.Field, name: str, raw: Any, points: int) -> Dimension:
     kind = field_kind(f)
     owner = cls.decoder_name or cls.__name__
+    if kind is str:  # a choice: its values, all of them by default
+        values = list(f.metadata["choices"]) if raw is None else raw
+        if not isinstance(values, list) or not values:
+            raise RippleError(f"{owner} hyperparameter {name}: give one value (fixed) or a list of values of "
+                              f"{', '.join(f.metadata['choices'])}; got {raw!r}")
+        checked = tuple(dict.fromkeys(_checked(cls, f, name, v) for v in values))
+        return Dimension(name, kind, None, None, checked, False, points)
     if raw is None:
         raw = {}
     if isinstance(raw, list):
@@ -186,14 +194,7 @@ def _dimension(cls: type[HyperParams], f: dataclasses.Field, name: str, raw: Any
         if not isinstance(values, list) or not values:
             raise RippleError(f"{owner} hyperparameter {name}: 'values' takes a non-empty list, got {values!r}")
         checked = tuple(dict.fromkeys(_checked(cls, f, name, v) for v in values))
-        if kind is str:
-            return Dimension(name, kind, None, None, checked, False, n)
         return Dimension(name, kind, min(checked), max(checked), checked, log, n)
-    if kind is str:
-        if raw:
-            raise RippleError(f"{owner} hyperparameter {name} is a choice: give one of "
-                              f"{', '.join(f.metadata['choices'])} (fixed) or a list of them")
-        return Dimension(name, kind, None, None, tuple(f.metadata["choices"]), False, n)
     default = f.metadata.get("search") or (f.metadata.get("lo"), f.metadata.get("hi"))
     lo, hi = raw.get("lo", default[0]), raw.get("hi", default[1])
     if lo is None or hi is None:

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from ripple.decoders import build, names
+from ripple.decoders.confidence import Confidence
 from ripple.platform.engine import Engine, GenerationConfig
 from tests.scripted import ScriptedModel, hashed_script
 
@@ -45,28 +46,43 @@ def test_invariants(name, settings, cache, shift):
     events = []
     cfg = GenerationConfig(gen_length=12, block_length=4, cache=cache)
     out = engine.generate([PROMPTS[0]], build(name, settings), cfg, trace=events.append)[0]
-    assert MASK not in out.tokens  # every block ends unmasked, the mask id is never committed
-    assert out.nfe == model.calls  # NFE counts exactly the forwards run
-    steps = [e for e in events if e["phase"] == "step"]
-    for e in steps:  # commits (and remasks) only inside the current block, at least one net commit per step
-        assert len(e["committed"]) - len(e.get("remasked", [])) >= 1, e
-        for p in [p for p, _ in e["committed"]] + e.get("remasked", []):
-            assert 4 * e["block"] <= p < 4 * (e["block"] + 1)
-    # no forward once a block is complete: exactly one forward per step except each block's last
-    # (remasking decoders too: a WINO step's verification rides on that step's single forward)
-    assert out.nfe == 3 + sum(1 for e in steps if e["forward"] is not None)
-    assert sum(e["forward"] is None for e in steps) == 3
+    check_invariants(out, events, model.calls, blocks=3, block_length=4, shift=shift)
     again = _engine(shift=shift)[0].generate([PROMPTS[0]], build(name, settings), cfg)[0]
     assert again.tokens == out.tokens and again.nfe == out.nfe  # deterministic
 
 
+def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=MASK):
+    """The shared properties of one decoded sample, from its output and decode trace."""
+    L = block_length
+    assert mask not in out.tokens  # every block ends unmasked, the mask id is never committed
+    assert out.nfe == calls  # NFE counts exactly the forwards run
+    opens = [e for e in events if e["phase"] == "open"]
+    steps = [e for e in events if e["phase"] == "step"]
+    # shifted families: the block opening commits the block's first position, nothing else does
+    assert [[p for p, _ in e["committed"]] for e in opens] == ([[L * b] for b in range(blocks)] if shift else [])
+    for e in steps + opens:  # commits (and remasks) only inside the current block
+        for p in [p for p, _ in e["committed"]] + e.get("remasked", []):
+            assert L * e["block"] <= p < L * (e["block"] + 1)
+    for b in range(blocks):  # progress: after t steps of a block at least t tokens net committed
+        net = 0
+        for t, e in enumerate([e for e in steps if e["block"] == b], 1):
+            net += len(e["committed"]) - len(e.get("remasked", []))
+            assert net >= t, e
+    # no forward once a block is complete: one opening forward per block, then exactly one forward
+    # per step (and per shifted opening commit) except the one that completes the block
+    run = [e for e in steps + opens if e["forward"] is not None]
+    assert out.nfe == blocks + len(run)
+    assert sum(e["forward"] is None for e in steps + opens) == blocks
+
+
+@pytest.mark.parametrize("shift", [0, 1])
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("name,settings", DECODERS)
-def test_batch_equals_single_runs(name, settings, cache):
+def test_batch_equals_single_runs(name, settings, cache, shift):
     cfg = GenerationConfig(gen_length=8, block_length=4, cache=cache)
-    batch_engine, model = _engine()
+    batch_engine, model = _engine(shift=shift)
     batch = batch_engine.generate(PROMPTS, build(name, settings), cfg)
-    singles = [_engine()[0].generate([p], build(name, settings), cfg)[0] for p in PROMPTS]
+    singles = [_engine(shift=shift)[0].generate([p], build(name, settings), cfg)[0] for p in PROMPTS]
     assert [b.tokens for b in batch] == [s.tokens for s in singles]
     assert [b.nfe for b in batch] == [s.nfe for s in singles]
     assert model.row_calls == sum(s.nfe for s in singles)  # a finished row is not forwarded
@@ -141,3 +157,84 @@ def test_stop_at_eos():
 
 def test_registry_lists_decoders():
     assert names() == ["default", "confidence", "klass", "eb_sampler", "wino", "lopa", "rps"]
+
+
+class ConfidenceReadingBeyond(Confidence):
+    """The threshold rule, but declaring that it reads the next block's rows (as KLASS does)."""
+
+    needs_rows_beyond_block = True
+
+    def step(self, state):
+        self.seen.append(None if state.beyond is None else tuple(state.beyond.shape))
+        return super().step(state)
+
+
+@pytest.mark.parametrize("shift", [0, 1])
+@pytest.mark.parametrize("cache", CACHES)
+def test_rows_beyond_the_block_only_for_decoders_that_declare_them(cache, shift):
+    L, blocks = 4, 3
+    cfg = GenerationConfig(gen_length=L * blocks, block_length=L, cache=cache)
+    plain_engine, plain = _engine(shift=shift)
+    events = []
+    base = plain_engine.generate([PROMPTS[0]], build("confidence", {"tau": "0.3"}), cfg, trace=events.append)[0]
+    # a plain confidence forward computes the block's rows and nothing else: each block-opening
+    # forward L rows, every later forward the L - shift rows not committed at the opening
+    assert len(plain.logits_rows) == base.nfe == plain.calls
+    assert plain.logits_rows.count(L) == (blocks if shift else base.nfe) and set(plain.logits_rows) == {L, L - shift}
+    reading_engine, reading = _engine(shift=shift)
+    decoder = ConfidenceReadingBeyond(Confidence.Params(tau=0.3))
+    decoder.seen = []
+    out = reading_engine.generate([PROMPTS[0]], decoder, cfg)[0]
+    # the next block's rows change nothing else: same tokens, same forwards
+    assert (out.tokens, out.nfe, reading.calls) == (base.tokens, base.nfe, plain.calls)
+    # every forward of every block but the last computes L more rows: the next block's
+    extra = [a - b for a, b in zip(reading.logits_rows, plain.logits_rows)]
+    last = 1 + sum(1 for e in events if e["block"] == blocks - 1 and e["forward"] is not None)  # its forwards
+    assert extra == [L] * (len(extra) - last) + [0] * last and 0 < last
+    assert set(decoder.seen[:-1]) >= {(L, V)} and decoder.seen[-1] is None
+
+
+class Counted:
+    """A loaded model that counts its forward calls (the engine reads its family facts through it)."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+        self.shift, self.opening_commit = model.shift, model.opening_commit
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.model(*args, **kwargs)
+
+
+TINY_DECODERS = DECODERS + [("eb_sampler", {"gamma": "2.5", "order": "confidence"}),
+                            ("klass", {"tau": "0.2", "kappa": "1.0"}), ("wino", {"tau1": "0.2", "tau2": "0.5"}),
+                            ("rps", {}), ("rps", {"tau_pivot": "0.3", "k_max": "5", "r": "0.05"})]
+
+
+@pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny"])
+def tiny(request, golden):
+    from ripple.platform.loading import load_model
+
+    return load_model(str(golden / request.param), "float32", "cpu")
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("name,settings", TINY_DECODERS)
+def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
+    """Every decoder with every cache policy on both families' golden checkpoints."""
+    prompts = [[12, 40, 77, 3, 90, 15], [5, 9, 33]]
+    cfg = GenerationConfig(gen_length=16, block_length=8, cache=cache)
+
+    def engine():
+        model = Counted(tiny.model)
+        return Engine(model, mask_id=tiny.mask_id, eos_ids=tiny.eos_ids, pad_id=tiny.pad_id), model
+
+    singles = []
+    for p in prompts:
+        eng, model = engine()
+        events = []
+        out = eng.generate([p], build(name, settings), cfg, trace=events.append)[0]
+        check_invariants(out, events, model.calls, blocks=2, block_length=8, shift=tiny.shift, mask=tiny.mask_id)
+        singles.append(out)
+    batch = engine()[0].generate(prompts, build(name, settings), cfg)  # also: greedy decoding is deterministic
+    assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles]

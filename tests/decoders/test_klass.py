@@ -26,36 +26,54 @@ def _script(shift):
 
 
 def _run(settings, shift=0, cache="none"):
+    """Both blocks' steps as ([committed block positions], fallback?)."""
     model = ScriptedModel(V, _script(shift), shift=shift)
     engine = Engine(model, mask_id=MASK, eos_ids=[1], pad_id=0)
     events = []
     out = engine.generate([PROMPT], build("klass", settings), GenerationConfig(2 * L, L, cache), trace=events.append)[0]
     assert out.nfe == model.calls
     assert list(out.tokens) == [10 + j for j in range(L)] * 2
-    blocks = [[(sorted(p % L for p, _ in e["committed"]), e["fallback"]) for e in events if e["block"] == b]
-              for b in range(2)]
-    assert blocks[0] == blocks[1]  # history is per block: the second block repeats the first
-    return blocks[0]
+    opens = [sorted(p % L for p, _ in e["committed"]) for e in events if e["phase"] == "open"]
+    assert opens == ([[0], [0]] if shift else [])  # Dream: the engine commits position 0 at each opening
+    return [[(sorted(p % L for p, _ in e["committed"]), e["fallback"]) for e in events
+             if e["block"] == b and e["phase"] == "step"] for b in range(2)]
 
 
-@pytest.mark.parametrize("shift", [0, 1])
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
-def test_waits_for_h_stable_steps_and_falls_back_to_top1(shift, cache):
-    steps = _run({}, shift, cache)  # tau 0.9, kappa 0.01, H 2
-    assert steps == [
-        ([0], True),  # no history yet: only the top-1, though 1, 2 and 3 are confident too
+def test_waits_for_h_stable_steps_and_falls_back_to_top1(cache):
+    first, second = _run({}, 0, cache)  # tau 0.9, kappa 0.01, H 2
+    assert first == [
+        ([0], True),  # no predecessor: only the top-1, though 1, 2 and 3 are confident too
         ([1], True),  # one KL step < H: still the top-1 only
         ([2], False),  # two stable steps: position 2 is ready; unstable 3 (confident) is not
         ([3], True),  # nothing ready (3 unstable, 4 and 5 unconfident): top-1
         ([4], True),  # tie 0.6 / 0.6: the lower position
         ([5], True),
     ]
+    # the history runs across the block boundary, as in the official loop: the second block's
+    # positions were computed (and constant) in the first block's forwards, so its first KL is
+    # already measured and its second step finds 1 and 2 stable; a per-block history would
+    # wait until the third step
+    assert second == [([0], True), ([1, 2], False), ([3], True), ([4], True), ([5], True)]
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+def test_dream_block_opening_and_cross_block_history(cache):
+    # the engine commits position 0 at each opening; the decoder's first step reads the next
+    # forward, compared with the last forward of the previous block (where 3 read d = 0, now d = 1)
+    first, second = _run({}, 1, cache)
+    assert first == [([1], True), ([2], True), ([3], True), ([4], True), ([5], True)]
+    assert second == [([1], True), ([2], False), ([3], True), ([4], True), ([5], True)]
 
 
 def test_history_length_and_kl_threshold():
-    # H = 1: one stable step suffices (3 looks stable from d = 1 to d = 3: same parity)
-    assert _run({"H": "1"})[:3] == [([0], True), ([1, 2], False), ([3], False)]
+    # H = 1: one stable step suffices (3 looks stable from d = 1 to d = 3: same parity); the second
+    # block's first step is already stable against the first block's last forward
+    first, second = _run({"H": "1"})
+    assert first[:3] == [([0], True), ([1, 2], False), ([3], False)]
+    assert second == [([0, 1, 2, 3], False), ([4], True), ([5], True)]
     # alternating KLs of about 0.06 and 0.12 pass a loose kappa: 3 becomes ready with 2
-    assert _run({"kappa": "0.5"})[:3] == [([0], True), ([1], True), ([2, 3], False)]
+    first, second = _run({"kappa": "0.5"})
+    assert first[:3] == [([0], True), ([1], True), ([2, 3], False)] and second[1] == ([1, 2, 3], False)
     # a confidence bar above 0.95 leaves only the fallback
-    assert all(fallback for _, fallback in _run({"tau": "0.999"}))
+    assert all(fallback for block in _run({"tau": "0.999"}) for _, fallback in block)

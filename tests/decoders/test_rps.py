@@ -184,7 +184,9 @@ def test_engine_loop_one_forward_per_iteration_and_carry(cache, shift):
     resolves = [e for e in events if e["phase"] == "resolve"]
     assert out.lookahead_nfe == len(resolves) > 0  # the script makes pivots happen
     # at most one forward per loop iteration; none after a block empties
-    assert out.nfe == 2 + sum(e["forward"] is not None for e in steps)
+    opens = [e for e in events if e["phase"] == "open"]  # Dream: one opening commit per block
+    assert len(opens) == (2 if shift else 0)
+    assert out.nfe == 2 + sum(e["forward"] is not None for e in steps + opens)
     per_block_last = {}
     for e in steps:
         per_block_last[e["block"]] = e

@@ -38,6 +38,12 @@ def test_shipped_specs_have_the_issue_contents():
     pivots = {c.model: dict(c.params)["tau_pivot"] for c in table.cells if c.decoder == "rps"}
     assert pivots == {PAPER_MODELS[0]: 0.9, PAPER_MODELS[1]: 0.95}
 
+    # KLASS with the per-task settings of its release's scripts, for both models
+    klass = {(c.model, c.task): (dict(c.params)["tau"], dict(c.params)["kappa"], dict(c.params)["H"])
+             for c in table.cells if c.decoder == "klass"}
+    settings = {"gsm8k": (0.6, 0.015, 2), "math500": (0.6, 0.01, 2), "mbpp": (0.7, 0.01, 2), "humaneval": (0.9, 0.01, 2)}
+    assert klass == {(m, t): v for m in PAPER_MODELS for t, v in settings.items()}
+
     assert {c.gen_length for c in load_spec("length-robustness").cells} == {128, 256, 512}
     kv = load_spec("kv-cache")
     assert {(c.decoder, c.cache) for c in kv.cells} >= {(d, k) for d in ("rps", "confidence") for k in ("none", "prefix")}
@@ -61,6 +67,18 @@ def test_list_valued_hyperparameters_expand_and_limits_combine():
     assert {c.label() for c in spec.cells} == {"rps(k_max=5, lambda=0.1)", "rps(k_max=5)"}
     assert {(c.task, c.limit) for c in spec.cells} == {("arith", 7), ("pyfunc", 20)}
     assert {(c.task, c.limit) for c in spec.with_limit(10).cells} == {("arith", 7), ("pyfunc", 10)}
+
+
+def test_per_task_hyperparameters_override_params_for_their_tasks():
+    spec = parse_spec({"models": ["ripple-tiny"], "tasks": ["arith", "pyfunc", "freefunc"], "gen_lengths": [48],
+                       "block_lengths": [16], "decoders": [
+                           {"name": "klass", "params": {"kappa": 0.02, "H": 3},
+                            "task_params": {"arith": {"tau": 0.6, "kappa": 0.015}, "pyfunc": {"tau": [0.7, 0.8]}}}]},
+                      "t")
+    got = sorted((c.task, dict(c.params)["tau"], dict(c.params)["kappa"], dict(c.params)["H"]) for c in spec.cells)
+    assert got == [("arith", 0.6, 0.015, 3), ("freefunc", 0.9, 0.02, 3), ("pyfunc", 0.7, 0.02, 3), ("pyfunc", 0.8, 0.02, 3)]
+    assert "klass per task: arith tau=0.6 kappa=0.015; pyfunc tau=0.7 kappa=0.02 | tau=0.8 kappa=0.02; " \
+           "freefunc tau=0.9 kappa=0.02" in spec.describe()
 
 
 GOOD = """models: [ripple-tiny]
@@ -89,6 +107,18 @@ BAD = [
     ("wrong type", GOOD.replace("[16]", "[sixteen]"), "'block_lengths' takes positive integers, got 'sixteen'"),
     ("unreadable YAML", GOOD + "caches: [none\n", "is not valid YAML: "),
     ("not a mapping", "- just\n- a list\n", "expected a mapping of keys"),
+    ("per-task task not in the grid", GOOD.replace("[default]", "[{name: klass, task_params: {gsm8k: {tau: 0.6}}}]"),
+     "decoder 'klass': task_params names task 'gsm8k', which is not in 'tasks': arith"),
+    ("per-task typo in a task", GOOD.replace("[default]", "[{name: klass, task_params: {arth: {tau: 0.6}}}]"),
+     "decoder 'klass': task_params names task 'arth' (did you mean 'arith'?), which is not in 'tasks': arith"),
+    ("per-task unknown hyperparameter", GOOD.replace("[default]", "[{name: klass, task_params: {arith: {kapa: 0.1}}}]"),
+     "decoder 'klass' has no hyperparameter 'kapa'; accepted: tau, kappa, H"),
+    ("per-task bad value", GOOD.replace("[default]", "[{name: klass, task_params: {arith: {tau: 2}}}]"),
+     "klass hyperparameter tau=2.0 is invalid; accepted: float in [0.0, 1.0]"),
+    ("per-task not a mapping", GOOD.replace("[default]", "[{name: klass, task_params: {arith: 0.6}}]"),
+     "decoder 'klass': 'task_params.arith' takes a mapping of hyperparameters, got 0.6"),
+    ("unknown choice", GOOD.replace("[default]", "[{name: eb_sampler, params: {order: entropie}}]"),
+     "eb_sampler hyperparameter order='entropie' is invalid; accepted: one of entropy, confidence"),
 ]
 
 
@@ -121,6 +151,8 @@ def test_dry_run_prints_the_plan_without_ray(capsys):
     assert main(["grid", "paper-table1", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "experiment paper-table1, 56 cells" in out and "rps(tau_pivot=0.95)" in out
+    assert ("klass per task: gsm8k tau=0.6 kappa=0.015; math500 tau=0.6 kappa=0.01; humaneval tau=0.9 kappa=0.01; "
+            "mbpp tau=0.7 kappa=0.01") in out
 
 
 def test_a_broken_local_checkpoint_fails_before_ray_starts(tmp_path, capsys):

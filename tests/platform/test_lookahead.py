@@ -1,5 +1,9 @@
 """The packed lookahead forward: one pass evaluates the anchor plus m block variants
-under the visibility rule of DESIGN.md section 3, for every cache policy and family."""
+under the visibility rule of DESIGN.md section 3, for every cache policy and family.
+
+Windows and variants start at the block start for both families; a shifted family (Dream)
+reads the prediction for block position j at row j - 1, so its first position (committed at
+the block opening) has no row."""
 import pytest
 import torch
 
@@ -29,28 +33,28 @@ def _state(engine, prompt_len=12, gen=24, block=1, decoded=3, seed=0):
 
 
 def _windows(engine, cache, bs, N):
-    lo, hi = bs - engine.shift, bs + L
+    lo, hi = bs, bs + L
     return lo, hi, {"none": (0, N), "prefix": (lo, N), "dual": (lo, hi)}[cache]
 
 
 def _run(engine, canvas, positions, pad, bs, cache, variants_block, opening=None):
+    """Block rows [n, V] and variant rows [m, n, V] or None, n = L - shift block positions."""
     N = canvas.shape[1]
     lo, hi, (w0, w1) = _windows(engine, cache, bs, N)
     kv = None
     if cache != "none":
         # block-opening state: the block fully masked, as when the block started
         opening = canvas.clone() if opening is None else opening
-        _, kv = engine.forward_full(opening, positions, pad, torch.arange(lo, lo + L), True)
-    Tw, Lw = w1 - w0, hi - lo
-    base_rows = torch.arange(lo - w0, lo - w0 + L)
+        _, kv = engine.forward_full(opening, positions, pad, torch.arange(lo, lo + L) - engine.shift, True)
+    Tw, n = w1 - w0, L - engine.shift
+    base_rows = torch.arange(lo - w0, lo - w0 + n)
     if variants_block is None:
         return engine.forward_window(canvas, positions, pad, kv, w0, w1, lo, hi, None, base_rows)[0], None
     m = variants_block.shape[0]
-    head = canvas[0, lo:bs][None].expand(m, engine.shift)
-    variants = torch.cat((head, variants_block), 1)[None]  # [1, m, Lw]
-    var_rows = (Tw + torch.arange(m)[:, None] * Lw + torch.arange(L)[None]).reshape(-1)
-    out = engine.forward_window(canvas, positions, pad, kv, w0, w1, lo, hi, variants, torch.cat((base_rows, var_rows)))[0]
-    return out[:L], out[L:].reshape(m, L, -1)
+    var_rows = (Tw + torch.arange(m)[:, None] * L + torch.arange(n)[None]).reshape(-1)
+    out = engine.forward_window(canvas, positions, pad, kv, w0, w1, lo, hi, variants_block[None],
+                                torch.cat((base_rows, var_rows)))[0]
+    return out[:n], out[n:].reshape(m, n, -1)
 
 
 def _variants(canvas, bs, engine, m=4, seed=1):
@@ -96,16 +100,15 @@ def test_variant_with_cache_none_matches_explicit_mask(engine):
     """cache=none: variant logits equal a forward over [canvas ; variant] with the rule's mask."""
     canvas, positions, pad, bs = _state(engine)
     N = canvas.shape[1]
-    lo, hi = bs - engine.shift, bs + L
+    lo, hi = bs, bs + L
     v = _variants(canvas, bs, engine, m=1)
     _, packed = _run(engine, canvas, positions, pad, bs, "none", v)
-    seq = torch.cat((canvas, torch.cat((canvas[0, lo:bs], v[0]))[None]), 1)
+    seq = torch.cat((canvas, v), 1)
     pos = torch.cat((positions, positions[:, lo:hi]), 1)
-    Lw = hi - lo
-    mask = torch.zeros(N + Lw, N + Lw, dtype=torch.bool)
+    mask = torch.zeros(N + L, N + L, dtype=torch.bool)
     mask[:N, :N] = True
     mask[N:, :N] = True
     mask[N:, lo:hi] = False
     mask[N:, N:] = True
-    out = engine.model(seq, pos, attn_mask=mask[None, None]).logits[0, N:N + L]
+    out = engine.model(seq, pos, attn_mask=mask[None, None]).logits[0, N:N + L - engine.shift]
     assert (out - packed[0]).abs().max() < 1e-4

@@ -94,6 +94,21 @@ def test_special_ids_come_from_config(golden):
     assert lm.shift == 0 and load_model(str(golden / "dream-tiny"), "float32", "cpu").shift == 1
 
 
+def test_block_opening_is_declared_by_the_family(golden):
+    """Dream's block-opening commit (Fast-dLLM's Dream generation) is a family property, which the
+    engine reads from the loaded model; a shifted family without it is rejected."""
+    from dataclasses import replace
+
+    from ripple.platform.engine import Engine
+    from ripple.platform.models import get_family
+
+    assert get_family("Dream").opening_commit and not get_family("llada").opening_commit
+    for name, expected in (("llada-tiny", False), ("dream-tiny", True)):
+        assert Engine.from_loaded(load_model(str(golden / name), "float32", "cpu")).opening_commit is expected
+    with pytest.raises(ValueError, match="needs opening_commit"):
+        replace(get_family("Dream"), opening_commit=False)
+
+
 def _copy(src, dst):
     shutil.copytree(src, dst)
     for p in dst.iterdir():

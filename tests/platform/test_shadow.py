@@ -1,6 +1,7 @@
 """The shadow segment (WINO's leave-one-out verification) of the packed forward: an all-mask
-copy of the block window whose row predicting block position j cannot see the token at j,
-for every cache policy and both families (Dream reads the prediction for j at j-1)."""
+copy of the block whose row predicting block position j cannot see the token at j, for every
+cache policy and both families (Dream reads the prediction for j at j-1, so its first block
+position, committed at the block opening, has no shadow row)."""
 import pytest
 import torch
 
@@ -28,42 +29,41 @@ def _canvas(engine, prompt_len=12, gen=24, block=1, decoded=(0, 2, 3, 6), seed=0
 
 
 def _run(engine, canvas, positions, pad, bs, cache, *, shadow=True, variants=None):
-    """Block logits [L, V], variant logits [m, L, V] or None, shadow logits [L, V] or None."""
+    """Block logits [n, V], variant logits [m, n, V] or None, shadow logits [n, V] or None, for the
+    n = L - shift block positions that have rows (position j's at row j - shift)."""
     N = canvas.shape[1]
-    lo, hi = bs - engine.shift, bs + L
+    lo, hi = bs, bs + L
     w0, w1 = {"none": (0, N), "prefix": (lo, N), "dual": (lo, hi)}[cache]
     kv = None
     if cache != "none":  # a cache built on this very canvas: exact, so every policy must agree
-        _, kv = engine.forward_full(canvas, positions, pad, torch.arange(lo, lo + L), True)
-    Tw, Lw = w1 - w0, hi - lo
+        _, kv = engine.forward_full(canvas, positions, pad, torch.arange(lo, lo + L) - engine.shift, True)
+    Tw, n = w1 - w0, L - engine.shift
     m = 0 if variants is None else variants.shape[0]
-    rows = [torch.arange(lo - w0, lo - w0 + L)]
-    packed = None
+    rows = [torch.arange(lo - w0, lo - w0 + n)]
     if m:
-        rows.append((Tw + torch.arange(m)[:, None] * Lw + torch.arange(L)[None]).reshape(-1))
-        packed = torch.cat((canvas[0, lo:bs][None].expand(m, engine.shift), variants), 1)[None]  # [1, m, Lw]
+        rows.append((Tw + torch.arange(m)[:, None] * L + torch.arange(n)[None]).reshape(-1))
     if shadow:
-        rows.append(Tw + m * Lw + torch.arange(L))
+        rows.append(Tw + m * L + torch.arange(n))
+    packed = variants[None] if m else None  # [1, m, L]
     out = engine.forward_window(canvas, positions, pad, kv, w0, w1, lo, hi, packed, torch.cat(rows), shadow=shadow)[0]
-    return out[:L], (out[L:(1 + m) * L].reshape(m, L, -1) if m else None), (out[(1 + m) * L:] if shadow else None)
+    return out[:n], (out[n:(1 + m) * n].reshape(m, n, -1) if m else None), (out[(1 + m) * n:] if shadow else None)
 
 
 def test_shadow_matches_explicit_mask(engine):
-    """cache=none: shadow logits equal a forward over [canvas ; all-mask window copy] with the rule's mask."""
+    """cache=none: shadow logits equal a forward over [canvas ; all-mask block copy] with the rule's mask."""
     canvas, positions, pad, bs = _canvas(engine)
     N, s = canvas.shape[1], engine.shift
-    lo, hi = bs - s, bs + L
-    Lw = hi - lo
+    lo, hi = bs, bs + L
     _, _, shadow = _run(engine, canvas, positions, pad, bs, "none")
-    seq = torch.cat((canvas, torch.full((1, Lw), engine.mask_id)), 1)
+    seq = torch.cat((canvas, torch.full((1, L), engine.mask_id)), 1)
     pos = torch.cat((positions, positions[:, lo:hi]), 1)
-    mask = torch.zeros(N + Lw, N + Lw, dtype=torch.bool)
+    mask = torch.zeros(N + L, N + L, dtype=torch.bool)
     mask[:N, :N] = True  # the canvas never sees the shadow
     mask[N:, :N] = True
     mask[N:, N:] = True
-    for j in range(L):  # window-copy row j (position lo + j) predicts block position j: hide bs + j
-        mask[N + j, bs + j] = False
-    out = engine.model(seq, pos, attn_mask=mask[None, None]).logits[0, N:N + L]
+    for t in range(L - s):  # shadow row t (position bs + t) predicts block position t + shift: hide it
+        mask[N + t, bs + t + s] = False
+    out = engine.model(seq, pos, attn_mask=mask[None, None]).logits[0, N:N + L - s]
     assert (out - shadow).abs().max() < 1e-4
 
 

@@ -85,7 +85,21 @@ def test_a_choice_hyperparameter_is_fixed_by_name_or_searched_over_its_options()
     fixed = derive_space("rps", {"pivot": "max_confidence", "lambda": [0.0, 0.2]})
     assert dict(fixed.fixed) == {"pivot": "max_confidence"}
     for bad, message in (({"pivot": "best"}, "pivot='best' is invalid; accepted: one of truncated_entropy"),
-                         ({"pivot": {"lo": 0, "hi": 1}}, "pivot is a choice: give one of"),
+                         ({"pivot": {"lo": 0, "hi": 1}}, "pivot: give one value"),
                          ({"pivot": [1]}, "pivot takes one of truncated_entropy, max_entropy, max_confidence")):
         with pytest.raises(RippleError, match=message):
             derive_space("rps", bad)
+
+
+def test_choice_hyperparameters_are_searched_over_their_values():
+    space = derive_space("eb_sampler", {"order": None, "gamma": 0.5})
+    (dim,) = space.dims
+    assert (dim.name, dim.kind, dim.grid_values()) == ("order", str, ["entropy", "confidence"])
+    assert isinstance(space.param_space("random")["order"], Categorical)
+    assert space.params_for({"order": "confidence"}).to_dict() == {"gamma": 0.5, "order": "confidence"}
+    fixed = derive_space("eb_sampler", {"order": "confidence", "gamma": [0.1, 1.0]})
+    assert dict(fixed.fixed) == {"order": "confidence"} and [d.name for d in fixed.dims] == ["gamma"]
+    with pytest.raises(RippleError, match="order='random' is invalid; accepted: one of entropy, confidence"):
+        derive_space("eb_sampler", {"order": ["entropy", "random"]})
+    with pytest.raises(RippleError, match="order: give one value"):
+        derive_space("eb_sampler", {"order": {"lo": 0}})

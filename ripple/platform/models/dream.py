@@ -1,4 +1,12 @@
-"""Dream (Dream-v0-Instruct-7B): Qwen2 layout, bidirectional, logits shifted right by one."""
+"""Dream (Dream-v0-Instruct-7B): Qwen2 layout, bidirectional, logits shifted right by one.
+
+Block opening: Fast-dLLM's Dream generation (NVlabs/Fast-dLLM@24cc59e,
+dream/model/generation_utils_block.py, `_sample`) commits the block's first position with its
+top-1 token at the block-opening forward, whatever its confidence, and runs the decoding rule
+on the forwards after it; with a cache it recomputes from the block start. Ripple does the
+same for every decoder (`opening_commit`), except that the mask id is never committed (the
+reference takes the argmax over the whole vocabulary and can write the mask id back).
+"""
 from __future__ import annotations
 
 from .family import Family, register_family, renamer, require
@@ -34,4 +42,5 @@ DREAM = register_family(Family(
     rename=_rename,
     tied_head=lambda cfg: bool(cfg.get("tie_word_embeddings", False)),
     max_positions=lambda cfg: int(cfg.get("max_position_embeddings", 32768)),
+    opening_commit=True,
 ))

@@ -19,6 +19,14 @@ class Family:
     rename: Callable[[str], str | None]
     tied_head: Callable[[dict[str, Any]], bool]
     max_positions: Callable[[dict[str, Any]], int]
+    # the block-opening forward commits the block's first position with its top-1 token (mask id
+    # excluded) before the decoder's first step, as the family's reference block decoding does;
+    # required when shift > 0, so that no later forward needs the row before the block
+    opening_commit: bool = False
+
+    def __post_init__(self):
+        if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
+            raise ValueError(f"family {self.name!r}: shift {self.shift} needs opening_commit (supported shifts: 0, 1)")
 
 
 _FAMILIES: dict[str, Family] = {}

@@ -142,10 +142,11 @@ class Block(nn.Module):
 class DiffusionTransformer(nn.Module):
     """Bidirectional transformer denoiser; see the module docstring for the key layout."""
 
-    def __init__(self, cfg: TransformerConfig, shift: int = 0):
+    def __init__(self, cfg: TransformerConfig, shift: int = 0, opening_commit: bool = False):
         super().__init__()
         self.cfg = cfg
         self.shift = shift  # 1: the prediction for position i is read at i-1 (Dream)
+        self.opening_commit = opening_commit  # the family's block opening (ripple/platform/models/family.py)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
