@@ -1,4 +1,15 @@
-"""Decoders ("schedulers"): the protocol, its registry and one module per decoder."""
+"""Decoders ("schedulers"): the protocol, its registry and one module per decoder.
+
+Every module of this package is imported here, and a decoder registers itself with
+`@register`: adding a decoder is adding one file (listings follow each class's `display_order`).
+"""
+import importlib
+import pkgutil
+
 from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler, CACHE_POLICIES  # noqa: F401
 from .registry import build, get, names, register  # noqa: F401
-from . import default, confidence, klass, eb_sampler, wino, lopa, rps  # noqa: F401  (register in display order)
+
+_INFRASTRUCTURE = {"base", "params", "registry"}
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    if _module not in _INFRASTRUCTURE and not _module.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module}")

@@ -50,6 +50,9 @@ class Plan:
     # block window with the block's position ids whose row predicting block position j cannot
     # see the canvas token at j (ripple/platform/engine.py); its logits arrive as `BlockState.shadow`
     shadow: bool = False
+    # what `resolve` needs from `step` (e.g. RPS's pivot, LoPA's branch positions): the decoder's own
+    # frozen dataclass, opaque to the engine; `info` is only for the decode trace
+    context: Any = None
     info: dict[str, Any] = field(default_factory=dict)  # for the decode trace
 
 
@@ -140,6 +143,7 @@ class Scheduler(ABC):
     # every forward also computes the next block's rows (`BlockState.beyond`); costs nothing when False
     needs_rows_beyond_block: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
+    display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
 
     def __init__(self, params: HyperParams | None = None):
         self.params = params if params is not None else self.Params()

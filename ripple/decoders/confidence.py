@@ -30,6 +30,7 @@ def threshold_commit(state: BlockState, tau: float) -> Commit:
 @register
 class Confidence(Scheduler):
     name = "confidence"
+    display_order = 10
     Params = ConfidenceParams
 
     def step(self, state: BlockState) -> Plan:

@@ -18,6 +18,7 @@ class DefaultParams(HyperParams):
 @register
 class Default(Scheduler):
     name = "default"
+    display_order = 0
     Params = DefaultParams
 
     def step(self, state: BlockState) -> Plan:

@@ -42,6 +42,7 @@ class EBSamplerParams(HyperParams):
 @register
 class EBSampler(Scheduler):
     name = "eb_sampler"
+    display_order = 30
     Params = EBSamplerParams
 
     def step(self, state: BlockState) -> Plan:

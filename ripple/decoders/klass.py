@@ -55,6 +55,7 @@ def _kl(p: torch.Tensor, logp: torch.Tensor, prev: torch.Tensor | None) -> torch
 @register
 class Klass(Scheduler):
     name = "klass"
+    display_order = 20
     Params = KlassParams
     needs_rows_beyond_block = True
 

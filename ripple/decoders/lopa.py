@@ -35,6 +35,7 @@ class Lopa(Scheduler):
     name = "lopa"
     Params = LopaParams
     uses_lookahead = True
+    display_order = 80
 
     def step(self, state: BlockState) -> Plan:
         commit = threshold_commit(state, self.params.tau)  # the anchor branch's update
@@ -51,10 +52,10 @@ class Lopa(Scheduler):
         block[commit.positions] = commit.tokens
         variants = block[None].repeat(where.numel(), 1)  # [k, L]
         variants[torch.arange(where.numel()), where] = tokens[where]
-        return Plan(commit, variants=variants, info={**info, "branches": where.tolist()})
+        return Plan(commit, variants=variants, context=where, info={**info, "branches": where.tolist()})
 
     def resolve(self, state: BlockState, plan: Plan, look: Lookahead) -> Resolution:
-        where = torch.tensor(plan.info["branches"])  # [k]
+        where = plan.context  # [k] block positions of the branches' extra commits
         k = where.numel()
         still = state.masked[None].repeat(k + 1, 1)  # [k + 1, L]; the canvas holds the anchor commit
         still[torch.arange(1, k + 1), where] = False

@@ -19,14 +19,15 @@ def register(cls: type[Scheduler]) -> type[Scheduler]:
 
 
 def names() -> list[str]:
-    return list(_REGISTRY)
+    """Registered decoder names in display order (each class's `display_order`, then name)."""
+    return sorted(_REGISTRY, key=lambda n: (_REGISTRY[n].display_order, n))
 
 
 def get(name: str) -> type[Scheduler]:
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, _REGISTRY, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise RippleError(f"unknown decoder {name!r}{hint}; registered: {', '.join(_REGISTRY)}")
+        raise RippleError(f"unknown decoder {name!r}{hint}; registered: {', '.join(names())}")
     return _REGISTRY[name]
 
 

@@ -28,6 +28,13 @@ PIVOT_RULES = ("truncated_entropy", "max_entropy", "max_confidence")
 
 
 @dataclass(frozen=True)
+class PivotSearch:
+    """What `resolve` needs from `step`: the pivot's block position (its candidates are the variants)."""
+
+    pivot: int
+
+
+@dataclass(frozen=True)
 class RPSParams(HyperParams):
     tau: float = hp(0.9, 0.0, 1.0, doc="standard commit threshold")
     tau_pivot: float = hp(0.9, 0.0, 1.0, doc="minimum top-k_max mass for a pivot", search=(0.7, 0.99))
@@ -42,6 +49,7 @@ class RPS(Scheduler):
     name = "rps"
     Params = RPSParams
     uses_lookahead = True
+    display_order = 90
 
     def step(self, state: BlockState) -> Plan:
         prm = self.params
@@ -81,10 +89,10 @@ class RPS(Scheduler):
         variants = block[None].repeat(cands.numel(), 1)  # [m, L]
         variants[:, pivot] = cands
         info["candidates"] = cands.tolist()
-        return Plan(commit, variants=variants, info=info)
+        return Plan(commit, variants=variants, context=PivotSearch(pivot), info=info)
 
     def resolve(self, state: BlockState, plan: Plan, look: Lookahead) -> Resolution:
-        pivot = plan.info["pivot"]
+        pivot = plan.context.pivot
         cands = plan.variants[:, pivot]  # [m]
         downstream = state.masked.clone()  # the canvas already holds the standard commit
         downstream[pivot] = False

@@ -45,6 +45,7 @@ class WinoParams(HyperParams):
 @register
 class Wino(Scheduler):
     name = "wino"
+    display_order = 40
     Params = WinoParams
     uses_shadow = True
 

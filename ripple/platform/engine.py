@@ -66,6 +66,14 @@ class GenerationConfig:
             raise RippleError(f"unknown cache policy {self.cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
 
 
+def _check_plan(dec: Scheduler, plan) -> None:
+    """The engine acts on what a decoder declares: a plan that asks for more is a protocol error."""
+    if plan.variants is not None and not dec.uses_lookahead:
+        raise RippleError(f"decoder {dec.name!r} planned lookahead variants but does not declare uses_lookahead")
+    if plan.shadow and not dec.uses_shadow:
+        raise RippleError(f"decoder {dec.name!r} asked for a shadow forward but does not declare uses_shadow")
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -329,6 +337,7 @@ class _Run:
                 if st.step >= max_steps:
                     raise RuntimeError(f"decoder {dec.name!r} made no progress in block {blk} after {max_steps} steps")
                 plan = dec.step(st)
+                _check_plan(dec, plan)
                 self._apply(r, st, plan.commit, plan.remask)
                 plans[r] = plan
                 kind = (plan.variants is not None, plan.shadow)

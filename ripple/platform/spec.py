@@ -9,7 +9,7 @@ Example (`ripple/platform/grids/demo.yaml` is another):
 
     models: [ripple-tiny]
     tasks: {arith: {limit: 50}, pyfunc: {limit: 20}}   # or a list of names plus `limit:`
-    decoders:
+    decoders:                                         # or `decoders: all`: every registered one
       - default
       - {name: rps, params: {lambda: [0.1, 0.2]}}       # a list expands into one cell per value
       - name: klass                                     # per-task settings override `params` there
@@ -362,9 +362,12 @@ class _Parser:
     def decoders(self, value: Any, models: list[str], tasks: list[str]
                  ) -> list[tuple[str, dict[str, list[tuple]], frozenset | None]]:
         """Each entry: (name, {task: [params, ...]}, models it is restricted to). `task_params`
-        override `params` for the tasks they name (the KLASS release tunes per task)."""
-        from ..decoders import get
+        override `params` for the tasks they name (the KLASS release tunes per task). `decoders: all`
+        is every registered decoder at its defaults, in display order."""
+        from ..decoders import get, names
 
+        if value == "all":
+            value = names()
         out = []
         for entry in self.as_list(value, "decoders"):
             if isinstance(entry, str):

@@ -30,12 +30,13 @@ def _engine(script=None, shift=0):
     return Engine(model, mask_id=MASK, eos_ids=[EOS], pad_id=0), model
 
 
-DECODERS = [("default", {}), ("confidence", {"tau": "0.9"}), ("confidence", {"tau": "0.3"}),
-            ("confidence", {"factor": "1.0"}),
-            ("klass", {}), ("klass", {"tau": "0.2", "kappa": "50.0", "H": "1"}),
-            ("eb_sampler", {}), ("eb_sampler", {"gamma": "3.0"}),
-            ("wino", {}), ("wino", {"tau1": "0.2", "tau2": "0.95"}),
-            ("lopa", {}), ("lopa", {"tau": "0.5", "branches": "3"})]
+# every registered decoder at its defaults (a new decoder module is tested without editing this file),
+# plus settings that make the rules act on this scripted model
+DECODERS = [(name, {}) for name in names()] + [
+    ("confidence", {"tau": "0.3"}), ("confidence", {"factor": "1.0"}),
+    ("klass", {"tau": "0.2", "kappa": "50.0", "H": "1"}), ("eb_sampler", {"gamma": "3.0"}),
+    ("wino", {"tau1": "0.2", "tau2": "0.95"}), ("lopa", {"tau": "0.5", "branches": "3"}),
+    ("rps", {"tau_pivot": "0.3", "pivot": "max_entropy"})]
 
 
 @pytest.mark.parametrize("shift", [0, 1])
@@ -155,8 +156,29 @@ def test_stop_at_eos():
     assert full.nfe == 4
 
 
-def test_registry_lists_decoders():
-    assert names() == ["default", "confidence", "klass", "eb_sampler", "wino", "lopa", "rps"]
+def test_registry_lists_decoders_in_display_order():
+    shipped = ["default", "confidence", "klass", "eb_sampler", "wino", "lopa", "rps"]
+    assert [n for n in names() if n in shipped] == shipped  # other modules dropped into the package may add more
+
+
+def test_a_plan_that_asks_for_more_than_the_decoder_declares_is_a_protocol_error():
+    from ripple.decoders import Plan
+    from ripple.errors import RippleError
+
+    class Sneaky(Confidence):  # plans a lookahead without declaring uses_lookahead
+        def step(self, state):
+            plan = super().step(state)
+            return Plan(plan.commit, variants=state.tokens[None].clone())
+
+    with pytest.raises(RippleError, match="planned lookahead variants but does not declare uses_lookahead"):
+        _engine()[0].generate([PROMPTS[0]], Sneaky(), GenerationConfig(8, 4))
+
+    class Shady(Confidence):
+        def step(self, state):
+            return Plan(super().step(state).commit, shadow=True)
+
+    with pytest.raises(RippleError, match="asked for a shadow forward but does not declare uses_shadow"):
+        _engine()[0].generate([PROMPTS[0]], Shady(), GenerationConfig(8, 4))
 
 
 class ConfidenceReadingBeyond(Confidence):
