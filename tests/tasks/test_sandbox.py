@@ -1,6 +1,8 @@
 """The sandbox contains what generated code may do and still reports honestly."""
 
 import os
+import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -218,3 +220,91 @@ def test_sixteen_programs_in_parallel():
     for i, result in results:
         assert result.passed == (i % 3 != 0), (i, result)
         assert result.stdout_tail == f"{i}\n"
+
+
+# --- Below the prelude: programs whose standard library (ctypes, socket) is importable after the
+# privilege drop, as on a host with a system Python. Only kernel isolation contains them.
+
+@pytest.fixture
+def reachable_stdlib(monkeypatch):
+    from ripple.tasks import sandbox
+
+    monkeypatch.setattr(sandbox, "_PRELOAD", sandbox._PRELOAD + ("ctypes", "socket"))
+
+
+def _received(server) -> bytes:
+    """Whatever reached the listener: the bytes of a connection accepted within half a second."""
+    server.settimeout(0.5)
+    try:
+        conn, _ = server.accept()
+    except TimeoutError:
+        return b""
+    with conn:
+        conn.settimeout(0.5)
+        try:
+            return conn.recv(1024) or b"(connected)"
+        except TimeoutError:
+            return b"(connected)"
+
+
+def test_no_tcp_connection_reaches_a_local_service(reachable_stdlib):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        result = run_program(f"import socket\ns = socket.socket()\ns.settimeout(3)\ns.connect(('127.0.0.1', {port}))\n"
+                             "s.sendall(b'run this')\ns.close()")
+        assert _received(server) == b""
+    assert not result.passed and "Network is unreachable" in result.error
+
+
+def test_files_made_through_ctypes_stay_inside_the_run(reachable_stdlib):
+    name = f"ripple-sandbox-probe-{uuid.uuid4().hex}"
+    paths = [f"{where}/{name}" for where in ("/tmp", "/var/tmp", "/dev/shm")]
+    source = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              f"for path in {paths!r}:\n"
+              "    fd = libc.open(path.encode(), 0o101, 0o644)  # O_WRONLY | O_CREAT\n"
+              "    assert fd >= 0, ctypes.get_errno()\n"
+              "    assert libc.write(fd, b'x' * 1000, 1000) == 1000\n")
+    try:
+        result = run_program(source)
+        assert result.passed, result.error  # it wrote them, below the prelude ...
+        assert [p for p in paths if os.path.exists(p)] == []  # ... but not on the host
+    finally:
+        for path in paths:
+            Path(path).unlink(missing_ok=True)
+
+
+class _FreeDisk:
+    """The least free space seen on a filesystem while the block runs, polled every 20 ms."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.stop = path, threading.Event()
+
+    def free(self) -> int:
+        stat = os.statvfs(self.path)
+        return stat.f_bavail * stat.f_frsize
+
+    def poll(self) -> None:
+        while not self.stop.wait(0.02):
+            self.least = min(self.least, self.free())
+
+    def __enter__(self):
+        self.before = self.least = self.free()
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.least = min(self.least, self.free())
+
+
+def test_writing_is_bounded_in_total_not_only_per_file():
+    source = "for i in range(200):\n    with open(f'f{i}', 'wb') as f:\n        f.write(b'x' * (15 * 2**20))\n"
+    with _FreeDisk(tempfile.gettempdir()) as disk:
+        result = run_program(source, timeout_s=60.0)
+    assert not result.passed and not result.timed_out
+    assert "No space left on device" in result.error
+    assert disk.least >= 0.99 * disk.before, (disk.before, disk.least)
