@@ -1,6 +1,5 @@
 """The sandbox contains what generated code may do and still reports honestly."""
 
-import dataclasses
 import json
 import logging
 import os
@@ -267,7 +266,9 @@ class OrdinaryUser:
 
     @property
     def missing(self) -> str | None:
-        return self._call(None)["missing"]
+        missing = self._call(None)["missing"]
+        assert len(self.warnings) == (1 if missing else 0), self.warnings  # one line says why, or none
+        return missing
 
     def run(self, source: str, others: int = 0, **limits) -> ExecutionResult:
         return ExecutionResult(**self._call(source, others, **limits)["result"])
