@@ -252,7 +252,7 @@ def missing_isolation() -> str | None:
     with _PROBE_LOCK:
         if _MISSING is None:
             probe = _execute("pass", True, timeout_s=30.0, cpu_s=None, memory_mb=512, max_procs=32, output_cap=4096)
-            _MISSING = "" if probe.passed else probe.error or "the isolated probe failed"
+            _MISSING = "" if probe.passed else (probe.error or "the isolated probe failed").removeprefix("sandbox: ")
             if _MISSING:
                 limits = "rlimits and a per-run uid" if os.geteuid() == 0 else "rlimits"
                 logging.getLogger(__name__).warning(

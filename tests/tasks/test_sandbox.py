@@ -495,6 +495,6 @@ def test_where_the_kernel_refuses_isolation_one_line_says_so_and_the_limits_hold
                            timeout_s=2.0, max_procs=16)
     warnings = [record.getMessage() for record in caplog.records]
     assert len(warnings) == 1 and "\n" not in warnings[0], warnings
-    assert warnings[0].startswith("sandbox: no kernel isolation (sandbox: namespaces failed: [Errno 1]")
+    assert warnings[0].startswith("sandbox: no kernel isolation (namespaces failed: [Errno 1] Operation not permitted)")
     assert hello.passed and hello.stdout_tail == "hello\n"
     assert "MemoryError" in memory.error and cpu.error == "killed by SIGXCPU" and bomb.timed_out
