@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Sequence
 
 from .errors import RippleError
@@ -82,6 +84,44 @@ def parse_ids(text: str) -> list[int]:
     return ids
 
 
+def refuse_mask(ids: Sequence[int], mask_id: int | None) -> None:
+    if mask_id is not None and mask_id in ids:
+        raise RippleError(f"--input-ids contains the model's mask id {mask_id}; a prompt cannot have holes")
+
+
+def _write_probe(directory: Path, flag: str, given: str) -> None:
+    """Write a nameless file in `directory`: os.access would say yes to root on a read-only filesystem."""
+    try:
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        raise RippleError(f"{flag} {given}: cannot write in {directory} ({exc.strerror or exc})") from None
+
+
+def writable_dir(path: str | Path, flag: str) -> None:
+    """Refuse `path` (before any work starts) unless it is a directory we can write, or can be created
+    as one: its nearest existing ancestor must be a directory we can write in."""
+    target = existing = Path(path).expanduser().absolute()
+    try:
+        while not existing.exists():
+            existing = existing.parent
+    except OSError as exc:
+        raise RippleError(f"{flag} {path}: cannot reach {existing} ({exc.strerror or exc})") from None
+    if not existing.is_dir():
+        raise RippleError(f"{flag} {path}: {existing} is not a directory")
+    _write_probe(existing, flag, str(path) if target == existing else f"{path} (to be created)")
+
+
+def writable_file(path: str | Path, flag: str) -> None:
+    """Refuse a file path (before any work starts) whose directory is missing or unwritable, or
+    that names a directory."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise RippleError(f"{flag} {path}: is a directory")
+    if not target.parent.absolute().is_dir():
+        raise RippleError(f"{flag} {path}: directory {target.parent} does not exist")
+    _write_probe(target.parent, flag, str(path))
+
+
 def add_store_args(p: argparse.ArgumentParser) -> None:
     """--store and --tracking-uri, resolved alike by grid, sweep, report and ui."""
     p.add_argument("--store", default=None, help="result store directory (default: $RIPPLE_STORE, else ./results; "
@@ -109,11 +149,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .decoders import build
     from .platform.engine import Engine, GenerationConfig
     from .platform.evaluate import completion_text
-    from .platform.loading import load_model
+    from .platform.loading import config_mask_id, load_model
 
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos)
     ids = parse_ids(args.input_ids) if args.input_ids is not None else None
+    if ids is not None:
+        refuse_mask(ids, config_mask_id(args.model))  # before the weights load
     lm = load_model(args.model, dtype=args.dtype, device=args.device)
     tok = lm.tokenizer
     if ids is None:
@@ -124,6 +166,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         ids = encode_prompt(tok, args.prompt, chat=args.chat)
     elif args.chat:
         raise RippleError("--chat applies to --prompt text, not to --input-ids")
+    refuse_mask(ids, lm.mask_id)  # a mask named only by the tokenizer
     vocab = lm.model.vocab_size
     if max(ids) >= vocab:
         raise RippleError(f"--input-ids contains id {max(ids)}, outside the model's vocabulary of {vocab}")
@@ -158,6 +201,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .platform.loading import load_model
     from .tasks import get_task
 
+    if args.samples_out:
+        writable_file(args.samples_out, "--samples-out")
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos)
     if args.limit is not None and args.limit < 1:
@@ -270,6 +315,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(summary_json(spec) if args.json else spec.describe())
         return 0
+    writable_dir(args.store or default_store(), "--store")  # before Ray starts
     run = run_grid(spec, args.store or default_store(), experiment=args.experiment, tracking_uri=args.tracking_uri,
                    track=not args.no_tracking, fresh=args.fresh, progress=not args.json, workers=args.workers)
     print(summary_json(spec, run) if args.json else format_table(run))
@@ -288,6 +334,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(spec.describe())
         return 0
+    writable_dir(args.store or default_store(), "--store")  # before Ray starts
     run = run_sweep(spec, args.store or default_store(), tracking_uri=args.tracking_uri, track=not args.no_tracking,
                     progress=not args.json, workers=args.workers)
     print(summary_json(run) if args.json else format_table(run))
@@ -310,6 +357,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .dashboards.report import build_report
     from .platform.grid import default_store
 
+    if args.out:
+        writable_dir(args.out, "--out")
     report = build_report(args.store or default_store(), args.experiment, args.out, tracking_uri=args.tracking_uri,
                           track=not args.no_tracking)
     where = f"; logged to MLflow run {report.mlflow_run_id}" if report.mlflow_run_id else ""

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from ripple.cli import main
+from ripple.errors import RippleError
 
 
 def _gen(golden, *extra, ids="5,6,7", model=None):
@@ -73,3 +74,71 @@ def test_argparse_errors_are_one_line(capsys):
         main(["generate", "--model", "x"])
     assert exc.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+# Bad paths and prompts are refused before any work starts: no model loads, no Ray starts.
+UNWRITABLE = "/proc/ripple-nowhere"  # procfs takes no new files, not even from root
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Make loading a model or running a grid or sweep (which starts Ray) fail the test."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("work started before the bad path was refused")
+
+    for target in ("ripple.platform.loading.load_model", "ripple.platform.grid.run_grid",
+                   "ripple.sweeps.run.run_sweep", "ripple.dashboards.report.build_report"):
+        monkeypatch.setattr(target, forbidden)
+
+
+def _refused(argv, capsys, *texts):
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1 and all(text in cap.err for text in texts), cap.err
+
+
+@pytest.mark.parametrize("where,text", [("missing/samples.jsonl", "directory missing does not exist"),
+                                        (f"{UNWRITABLE}.jsonl", "cannot write in /proc"),
+                                        (".", "is a directory")])
+def test_eval_refuses_a_bad_samples_out_before_the_model_loads(tmp_path, monkeypatch, capsys, no_work, where, text):
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", "--model", "ripple-tiny", "--task", "arith", "--decoder", "default", "--samples-out", where]
+    _refused(argv, capsys, f"ripple eval: error: --samples-out {where}: {text}")
+
+
+def _bad_stores(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    return [(UNWRITABLE, "cannot write in /proc"), (f"{UNWRITABLE}/deeper", "cannot write in /proc"),
+            (str(tmp_path / "a-file" / "store"), "a-file is not a directory")]
+
+
+@pytest.mark.parametrize("command", [["grid", "demo"], ["sweep", "tiny-demo"]])
+def test_grid_and_sweep_refuse_a_store_they_cannot_write_before_ray_starts(tmp_path, capsys, no_work, command):
+    for store, text in _bad_stores(tmp_path):
+        _refused([*command, "--store", store, "--no-tracking"], capsys, f"ripple {command[0]}: error: --store {store}", text)
+
+
+def test_report_refuses_an_out_it_cannot_write(tmp_path, capsys, no_work):
+    for out, text in _bad_stores(tmp_path):
+        _refused(["report", "demo", "--store", str(tmp_path), "--out", out], capsys, f"ripple report: error: --out {out}", text)
+
+
+def test_a_writable_store_that_does_not_exist_yet_is_accepted(tmp_path, monkeypatch, capsys):
+    def run_grid(spec, store, **kwargs):
+        raise RippleError(f"run_grid reached with {store}")
+
+    monkeypatch.setattr("ripple.platform.grid.run_grid", run_grid)
+    store = tmp_path / "new" / "store"
+    _refused(["grid", "demo", "--store", str(store), "--no-tracking"], capsys, f"run_grid reached with {store}")
+    assert not (tmp_path / "new").exists()  # checked, not created
+
+
+def test_input_ids_with_the_mask_id_are_refused_before_the_model_loads(golden, capsys, no_work):
+    _refused(_gen(golden, "--decoder", "default", ids="5,150,7"), capsys, "--input-ids contains the model's mask id 150")
+
+
+def test_a_bad_store_is_one_line_from_the_command_line():
+    proc = subprocess.run([sys.executable, "-m", "ripple.cli", "grid", "demo", "--store", UNWRITABLE],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"ripple grid: error: --store {UNWRITABLE} (to be created): cannot write in /proc")

@@ -226,6 +226,12 @@ def special_ids(cfg: dict, path: Path, tokenizer) -> tuple[int, tuple[int, ...],
     return int(mask_id), eos_ids, int(pad)
 
 
+def config_mask_id(name: str) -> int | None:
+    """The mask id config.json declares, read before any weights load (None: only the tokenizer names it)."""
+    mask_id = read_config(resolve_model_dir(name)).get("mask_token_id")
+    return None if mask_id is None else int(mask_id)
+
+
 def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedModel:
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)

@@ -1,28 +1,33 @@
 """Run untrusted, model-generated Python. This is the only module that does.
 
-Each program runs in a fresh `python -I` child, in its own session (so the whole
-process group can be killed), in a fresh temporary directory, with a minimal
-environment and these limits, applied by the child to itself before the
-program starts:
+Each program runs in a fresh `python -I` child (`_sandbox_child.py`), in its own session, with a
+minimal environment. The security boundary is the kernel:
 
+- namespaces: its own network namespace with no interface up (not even loopback), its own IPC
+  and pid namespaces (when the program ends, every process it left behind dies with the
+  namespace), and its own mount namespace in which the host's filesystems are read-only and the
+  working directory, /tmp, /var/tmp and /dev/shm are one fresh tmpfs of `SCRATCH_LIMIT` bytes
+  that vanishes with the run. Root unshares them directly; an ordinary user first enters a user
+  namespace mapping only itself. A kernel that refuses them leaves the limits below, and
+  `missing_isolation` says why, logged once per process;
 - rlimits: address space (memory), CPU seconds, process count, file size, no core dumps;
-- when the host runs as root (which ignores RLIMIT_NPROC), a privilege drop to
-  a uid/gid of its own per run, so the process limit counts only this run's
-  processes, the program cannot touch files owned by others, and every process
-  it leaves behind can be killed with `kill(-1)` as that uid;
-- a prelude that disables destructive functions (kill, fork, system, remove,
-  rename, Popen, rmtree, ...) and refuses writes outside the working directory
-  through `open`, `io`, `_io`, `os` and `posix` alike.
+- when the host runs as root (which ignores RLIMIT_NPROC), a privilege drop to a uid/gid of its
+  own per run, so the process limit counts only this run's processes and the program cannot read
+  or touch files owned by others. An ordinary user needs no pool: the user namespace gives the
+  process limit a count of its own, and the program drops the capabilities it got there;
+- a prelude that disables destructive functions (kill, fork, system, remove, rename, Popen,
+  rmtree, ...) and refuses writes outside the working directory through `open`, `io`, `_io`,
+  `os` and `posix` alike: a safety net, not a boundary (`ctypes` walks around it).
 
-Success is not the exit status: the harness prints a per-run random sentinel
-after the last statement, so `exit(0)` or `os._exit(0)` before the asserts fails.
-Output is read incrementally and only its tail is kept. The prelude is a
-safety net, not a security boundary; the rlimits, the uid and the wall clock are.
+Success is not the exit status: the harness prints a per-run random sentinel after the last
+statement, so `exit(0)` or `os._exit(0)` before the asserts fails. Output is read incrementally
+and only its tail is kept.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import secrets
@@ -37,9 +42,13 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 FILE_SIZE_LIMIT = 16 * 2**20  # bytes a program may write to one file
+SCRATCH_LIMIT = 64 * 2**20  # bytes in its working directory, /tmp, /var/tmp and /dev/shm together (memory)
+SCRATCH_INODES = 8192  # files and directories there
+_CHILD = str(Path(__file__).with_name("_sandbox_child.py"))
 _UID_BASE = 2_000_000_000  # per-run uids live far above any real account
 _UID_SLOTS = 256  # concurrent runs per host process
 _UID_BLOCKS = (2**32 - 2 - _UID_BASE) // _UID_SLOTS  # one block of slots per process; > pid_max (2**22)
@@ -57,114 +66,6 @@ class ExecutionResult:
     returncode: int | None  # negative: killed by that signal
     seconds: float  # wall time of the whole run
 
-
-# The child's first code. It runs as root when the host is root, reads its
-# configuration and the program from stdin (so the sentinel is on no command
-# line, environment or file), limits itself, drops privileges, then runs the program.
-_CHILD = r'''
-def _harness():
-    import builtins, io, json, linecache, os, resource, sys, traceback
-    cfg = json.loads(sys.stdin.buffer.readline())
-    source = sys.stdin.buffer.read().decode("utf-8", "replace")
-    for name in cfg["preload"]:  # the stdlib may be unreadable once privileges are dropped
-        try:
-            __import__(name)
-        except Exception:
-            pass
-    import posix, shutil, subprocess
-    # CPU: SIGXCPU at the soft limit names the cause; the hard limit one second later is SIGKILL.
-    for res, soft, hard in ((resource.RLIMIT_AS, cfg["memory"], cfg["memory"]),
-                            (resource.RLIMIT_CPU, cfg["cpu"], cfg["cpu"] + 1),
-                            (resource.RLIMIT_NPROC, cfg["nproc"], cfg["nproc"]),
-                            (resource.RLIMIT_FSIZE, cfg["fsize"], cfg["fsize"]),
-                            (resource.RLIMIT_CORE, 0, 0)):
-        current = resource.getrlimit(res)[1]
-        if current != resource.RLIM_INFINITY:
-            soft, hard = min(soft, current), min(hard, current)
-        resource.setrlimit(res, (soft, hard))
-    if cfg["uid"] is not None:
-        try:
-            os.setgroups([])
-            os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
-            os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
-        except OSError as exc:
-            raise SystemExit(f"sandbox: could not drop privileges: {exc}")
-        if 0 in os.getresuid():
-            raise SystemExit("sandbox: could not drop privileges")
-
-    def disabled(name):
-        def refuse(*args, **kwargs):
-            raise PermissionError(f"{name} is disabled in the sandbox")
-        return refuse
-
-    import _io
-    # `posix` is what `os` wraps. Below the prelude the kernel guards what the per-run uid may not
-    # touch (others' files, processes), so `posix` loses only what the uid may still do outside:
-    # create, move or link files in world-writable places such as /tmp, and signal.
-    for module, names in ((os, cfg["os"]), (posix, cfg["posix"]), (shutil, cfg["shutil"]),
-                          (subprocess, cfg["subprocess"])):
-        for name in names:
-            if hasattr(module, name):
-                setattr(module, name, disabled(f"{module.__name__}.{name}"))
-    root = os.path.realpath(os.getcwd())
-    real_open, real_os_open, real_mkdir = io.open, posix.open, posix.mkdir
-    fsdecode, realpath, RealFileIO = os.fsdecode, os.path.realpath, _io.FileIO
-
-    def inside(path):
-        target = realpath(fsdecode(path))
-        return target == root or target.startswith(root + os.sep)
-
-    def refuse_outside(path):
-        if not isinstance(path, int) and not inside(path):
-            raise PermissionError(f"writing outside the sandbox directory is disabled: {path!r}")
-
-    def guarded_open(file, mode="r", *args, **kwargs):
-        if any(c in mode for c in "wax+"):
-            refuse_outside(file)
-        return real_open(file, mode, *args, **kwargs)
-
-    def guarded_os_open(path, flags, *args, **kwargs):
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND):
-            refuse_outside(path)
-        return real_os_open(path, flags, *args, **kwargs)
-
-    def guarded_mkdir(path, *args, **kwargs):
-        refuse_outside(path)
-        return real_mkdir(path, *args, **kwargs)
-
-    class GuardedFileIO(RealFileIO):
-        def __init__(self, file, mode="r", *args, **kwargs):
-            if any(c in mode for c in "wax+"):
-                refuse_outside(file)
-            super().__init__(file, mode, *args, **kwargs)
-
-    builtins.open = io.open = _io.open = guarded_open
-    io.FileIO = _io.FileIO = GuardedFileIO
-    os.open = posix.open = guarded_os_open
-    os.mkdir = posix.mkdir = guarded_mkdir
-    sentinel = cfg["sentinel"].encode()
-    write, exit_now, stdout, stderr = os.write, os._exit, sys.stdout, sys.stderr
-    linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
-    del cfg
-    program = {"__name__": "__main__", "__builtins__": builtins}
-    try:
-        exec(compile(source, "<program>", "exec"), program)
-    except BaseException:
-        try:
-            stdout.flush()
-        finally:
-            traceback.print_exc(file=stderr)
-            stderr.flush()
-            exit_now(1)
-    try:
-        stdout.flush()
-    finally:
-        write(1, b"\n" + sentinel + b"\n")
-        exit_now(0)
-
-
-_harness()
-'''
 
 # Imported before the privilege drop; what generated solutions commonly import.
 _PRELOAD = (
@@ -223,8 +124,9 @@ _POOL = _UidPool()
 
 
 def _reset_pool_in_child() -> None:
-    global _POOL
+    global _POOL, _PROBE_LOCK
     _POOL = _UidPool()  # a forked child has a new pid and must not inherit a held lock
+    _PROBE_LOCK = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_pool_in_child)
@@ -261,7 +163,8 @@ def _exited(pid: int) -> bool:
 
 
 def _kill_all(pgid: int, ident: tuple[int, int] | None) -> None:
-    """SIGKILL the run's process group and, when it had its own uid, every process of that uid."""
+    """SIGKILL the run's process group and, when it had its own uid, every process of that uid
+    (isolated runs need no uid: the group holds pid 1 of their pid namespace)."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -336,15 +239,54 @@ def run_program(source: str, *, timeout_s: float = 5.0, cpu_s: float | None = No
     `cpu_s` defaults to the wall-clock timeout plus one second. Safe to call from
     many threads and processes at once.
     """
+    return _execute(source, missing_isolation() is None, timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
+                    max_procs=max_procs, output_cap=output_cap)
+
+
+def missing_isolation() -> str | None:
+    """Why the kernel will not isolate sandboxed programs here (the failing step), or None when it does.
+
+    Probed once per process by running an empty program isolated; a refusal is logged once, and
+    programs then run with the rlimits (and, as root, the per-run uid) only."""
+    global _MISSING
+    with _PROBE_LOCK:
+        if _MISSING is None:
+            probe = _execute("pass", True, timeout_s=30.0, cpu_s=None, memory_mb=512, max_procs=32, output_cap=4096)
+            _MISSING = "" if probe.passed else (probe.error or "the isolated probe failed").removeprefix("sandbox: ")
+            if _MISSING:
+                limits = "rlimits and a per-run uid" if os.geteuid() == 0 else "rlimits"
+                logging.getLogger(__name__).warning(
+                    "sandbox: no kernel isolation (%s); programs run with %s only: no private network, "
+                    "filesystem or pid namespace", _MISSING, limits)
+    return _MISSING or None
+
+
+_MISSING: str | None = None
+_PROBE_LOCK = threading.Lock()
+
+
+@contextmanager
+def _workdir(isolate: bool, ident: tuple[int, int] | None) -> Iterator[str]:
+    """The program's working directory: isolated, a path the child makes in the run's own tmpfs;
+    otherwise a fresh host directory, removed afterwards."""
+    if isolate:
+        yield f"/tmp/ripple-sandbox-{secrets.token_hex(8)}"
+        return
+    with tempfile.TemporaryDirectory(prefix="ripple-sandbox-", ignore_cleanup_errors=True) as workdir:
+        if ident is not None:
+            os.chown(workdir, *ident)
+        yield workdir
+
+
+def _execute(source: str, isolate: bool, *, timeout_s: float, cpu_s: float | None, memory_mb: int,
+             max_procs: int, output_cap: int) -> ExecutionResult:
     start = time.monotonic()
     sentinel = secrets.token_hex(16)
     cpu = math.ceil(cpu_s if cpu_s is not None else timeout_s + 1)
-    with _identity() as ident, tempfile.TemporaryDirectory(
-            prefix="ripple-sandbox-", ignore_cleanup_errors=True) as workdir:
-        if ident is not None:
-            os.chown(workdir, *ident)
+    with _identity() as ident, _workdir(isolate, ident) as workdir:
         config = {
-            "sentinel": sentinel, "uid": ident[0] if ident else None, "gid": ident[1] if ident else None,
+            "sentinel": sentinel, "isolate": isolate, "workdir": workdir, "scratch": SCRATCH_LIMIT,
+            "inodes": SCRATCH_INODES, "uid": ident[0] if ident else None, "gid": ident[1] if ident else None,
             "memory": memory_mb * 2**20, "cpu": max(1, cpu), "nproc": max_procs, "fsize": FILE_SIZE_LIMIT,
             "preload": _PRELOAD, "os": _DISABLED_OS, "posix": _DISABLED_POSIX, "shutil": _DISABLED_SHUTIL,
             "subprocess": _DISABLED_SUBPROCESS,
@@ -353,13 +295,14 @@ def run_program(source: str, *, timeout_s: float = 5.0, cpu_s: float | None = No
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
                "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         out, err = _Tail(max(output_cap, 256)), _Tail(max(output_cap, 4096))
-        proc = subprocess.Popen([sys.executable, "-I", "-c", _CHILD], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=env,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen([sys.executable, "-I", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd="/", env=env, start_new_session=True, close_fds=True)
         try:
             timed_out = _pump(proc, payload, out, err, start + timeout_s, until_exit=True)
         finally:
-            _kill_all(proc.pid, ident)  # the main process is not reaped yet, so its pgid is still ours
+            # The main process is not reaped yet, so its pgid is still ours. Isolated, killing the
+            # group kills pid 1 of the run's pid namespace, and with it every process left there.
+            _kill_all(proc.pid, None if isolate else ident)
             _pump(proc, b"", out, err, time.monotonic() + _DRAIN_S, until_exit=False)
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:

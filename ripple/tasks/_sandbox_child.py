@@ -1,0 +1,283 @@
+"""The sandboxed child, `python -I _sandbox_child.py`, started only by `sandbox.run_program`.
+
+It reads its configuration and the program from stdin (so the sentinel is on no command line,
+environment or file). Isolated, it enters fresh namespaces and becomes three processes: this one
+waits outside and exits as the program did; pid 1 of the new pid namespace mounts the run's
+private filesystems and reaps; the program runs below it, so when the program ends the kernel
+kills whatever it left behind. The program's process then limits itself, drops privileges,
+disarms destructive functions and runs the program. Standard library only, never imported by
+ripple: it runs under whichever interpreter starts it.
+"""
+import builtins
+import io
+import json
+import linecache
+import os
+import resource
+import signal
+import sys
+import traceback
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x1000, 0x4000, 0x40000
+SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1  # 442 on every arch but alpha
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, CAPABILITY_VERSION_3 = 4, 38, 0x20080522
+
+
+def main():
+    cfg = json.loads(sys.stdin.buffer.readline())
+    source = sys.stdin.buffer.read().decode("utf-8", "replace")
+    # The stdlib may be unreadable once privileges are dropped: import now what runs after.
+    for name in (*cfg["preload"], "posix", "shutil", "subprocess"):
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    libc = isolate(cfg) if cfg["isolate"] else None
+    if libc is None:
+        os.chdir(cfg["workdir"])
+    limit(cfg)
+    drop_privileges(cfg, libc)
+    disarm(cfg)
+    run(source, cfg["sentinel"])
+
+
+# ---------------------------------------------------------------------------- kernel isolation
+def isolate(cfg):
+    """Enter fresh namespaces and return libc in the program's process (the other two never return)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    step("namespaces", enter_namespaces, libc)
+    status_read, status_write = os.pipe()
+    child = os.fork()
+    if child:
+        os.close(status_write)
+        relay(child, status_read)
+    os.close(status_read)
+    step("private filesystems", mount_private, libc, cfg)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1 then ignores it, like every signal it has no handler for
+    child = os.fork()
+    if child:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        init(child, status_write)
+    os.close(status_write)
+    return libc
+
+
+def step(what, action, *args):
+    """Run one isolation step; a failure ends the run with one line naming it."""
+    try:
+        action(*args)
+    except OSError as exc:
+        raise SystemExit(f"sandbox: {what} failed: {exc}") from None
+
+
+def call(function, *args):
+    """A libc call that raises OSError instead of returning -1."""
+    import ctypes
+
+    if function(*args) == -1:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+def enter_namespaces(libc):
+    """New pid, network, mount and IPC namespaces. An ordinary user needs a user namespace first;
+    it maps only the user itself, so the program keeps its uid and gains nothing outside."""
+    uid, gid = os.geteuid(), os.getegid()
+    flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET | (CLONE_NEWUSER if uid else 0)
+    call(libc.unshare, flags)
+    if uid:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+
+
+def mount(libc, source, target, fstype, flags, data=None):
+    import ctypes
+
+    def enc(text):
+        return None if text is None else text.encode()
+
+    call(libc.mount, enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
+
+
+def read_only(libc, path):
+    """Every mount below `path` read-only, in this mount namespace only (mount_setattr, Linux 5.12)."""
+    import ctypes
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    call(libc.syscall, ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_long(AT_FDCWD), path.encode(),
+         ctypes.c_long(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_long(ctypes.sizeof(attr)))
+
+
+def mount_private(libc, cfg):
+    """The host's filesystems read-only, a /proc of this pid namespace, and one size-limited tmpfs
+    behind the working directory, /tmp, /var/tmp and /dev/shm: it vanishes with the namespace."""
+    mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates to the host
+    read_only(libc, "/")
+    mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
+    mount(libc, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+          f"size={cfg['scratch']},nr_inodes={cfg['inodes']},mode=1777")
+    for name in ("tmp", "var-tmp", "shm"):
+        os.mkdir(f"/tmp/{name}")
+        os.chmod(f"/tmp/{name}", 0o1777)
+    # Bind the parts over their places; the last bind hides the tmpfs's root and the other parts.
+    for name, target in (("var-tmp", "/var/tmp"), ("shm", "/dev/shm"), ("tmp", "/tmp")):
+        if os.path.isdir(target) and not os.path.islink(target):
+            mount(libc, f"/tmp/{name}", target, None, MS_BIND)
+    os.mkdir(cfg["workdir"], 0o700)
+    if cfg["uid"] is not None:
+        os.chown(cfg["workdir"], cfg["uid"], cfg["gid"])
+    os.chdir(cfg["workdir"])
+
+
+def relay(child, status_pipe):
+    """The outer process: wait, then exit as the program did, by its exit code or its signal."""
+    _, status = os.waitpid(child, 0)
+    reported = os.read(status_pipe, 32)
+    code = os.waitstatus_to_exitcode(int(reported) if reported else status)
+    if code < 0:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        code = 1
+    os._exit(code)
+
+
+def init(child, status_pipe):
+    """pid 1: reap orphans until the program ends, report its status and exit, on which the
+    kernel kills every process left in the namespace."""
+    while True:
+        pid, status = os.wait()
+        if pid == child:
+            os.write(status_pipe, str(status).encode())
+            os._exit(0)
+
+
+# ---------------------------------------------------------------------------- limits and privileges
+def limit(cfg):
+    # In a user namespace the two waiting processes above the program count towards its process limit.
+    nproc = cfg["nproc"] + (2 if cfg["isolate"] and cfg["uid"] is None else 0)
+    # CPU: SIGXCPU at the soft limit names the cause; the hard limit one second later is SIGKILL.
+    for res, soft, hard in ((resource.RLIMIT_AS, cfg["memory"], cfg["memory"]),
+                            (resource.RLIMIT_CPU, cfg["cpu"], cfg["cpu"] + 1),
+                            (resource.RLIMIT_NPROC, nproc, nproc),
+                            (resource.RLIMIT_FSIZE, cfg["fsize"], cfg["fsize"]),
+                            (resource.RLIMIT_CORE, 0, 0)):
+        current = resource.getrlimit(res)[1]
+        if current != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current), min(hard, current)
+        resource.setrlimit(res, (soft, hard))
+
+
+def drop_privileges(cfg, libc):
+    """Root drops to the run's own uid; in a user namespace the capabilities `unshare` gave go.
+    Isolated, no later exec may gain privileges (setuid binaries, file capabilities)."""
+    if cfg["uid"] is not None:
+        try:
+            os.setgroups([])
+            os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
+            os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+        except OSError as exc:
+            raise SystemExit(f"sandbox: could not drop privileges: {exc}")
+        if 0 in os.getresuid():
+            raise SystemExit("sandbox: could not drop privileges")
+    if libc is None:
+        return
+    import ctypes
+
+    if cfg["uid"] is None:
+        header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+        step("capability drop", call, libc.capset, header, (ctypes.c_uint32 * 6)())
+    step("no_new_privs", call, libc.prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+# ---------------------------------------------------------------------------- the prelude (a safety net)
+def disabled(name):
+    def refuse(*args, **kwargs):
+        raise PermissionError(f"{name} is disabled in the sandbox")
+    return refuse
+
+
+def disarm(cfg):
+    """Disable destructive functions and refuse writes outside the working directory."""
+    import _io
+    import posix
+    import shutil
+    import subprocess
+
+    # `posix` is what `os` wraps. Below the prelude the kernel guards what the program may not touch,
+    # so `posix` loses only what it may still do: create, move or link files, and signal.
+    for module, names in ((os, cfg["os"]), (posix, cfg["posix"]), (shutil, cfg["shutil"]),
+                          (subprocess, cfg["subprocess"])):
+        for name in names:
+            if hasattr(module, name):
+                setattr(module, name, disabled(f"{module.__name__}.{name}"))
+    root = os.path.realpath(os.getcwd())
+    real_open, real_os_open, real_mkdir = io.open, posix.open, posix.mkdir
+    fsdecode, realpath, RealFileIO = os.fsdecode, os.path.realpath, _io.FileIO
+
+    def inside(path):
+        target = realpath(fsdecode(path))
+        return target == root or target.startswith(root + os.sep)
+
+    def refuse_outside(path):
+        if not isinstance(path, int) and not inside(path):
+            raise PermissionError(f"writing outside the sandbox directory is disabled: {path!r}")
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        if any(c in mode for c in "wax+"):
+            refuse_outside(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    def guarded_os_open(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND):
+            refuse_outside(path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    def guarded_mkdir(path, *args, **kwargs):
+        refuse_outside(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    class GuardedFileIO(RealFileIO):
+        def __init__(self, file, mode="r", *args, **kwargs):
+            if any(c in mode for c in "wax+"):
+                refuse_outside(file)
+            super().__init__(file, mode, *args, **kwargs)
+
+    builtins.open = io.open = _io.open = guarded_open
+    io.FileIO = _io.FileIO = GuardedFileIO
+    os.open = posix.open = guarded_os_open
+    os.mkdir = posix.mkdir = guarded_mkdir
+
+
+def run(source, sentinel):
+    """Run the program as __main__; the sentinel after its last statement is what `passed` means."""
+    sentinel = sentinel.encode()
+    write, exit_now, stdout, stderr = os.write, os._exit, sys.stdout, sys.stderr
+    linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
+    program = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(compile(source, "<program>", "exec"), program)
+    except BaseException:
+        try:
+            stdout.flush()
+        finally:
+            traceback.print_exc(file=stderr)
+            stderr.flush()
+            exit_now(1)
+    try:
+        stdout.flush()
+    finally:
+        write(1, b"\n" + sentinel + b"\n")
+        exit_now(0)
+
+
+if __name__ == "__main__":
+    main()
