@@ -345,10 +345,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
     import os
 
     from .platform.grid import default_store
-    from .platform.tracking import ui_command
+    from .platform.tracking import ui_command, ui_url
 
     cmd, env = ui_command(args.store or default_store(), args.tracking_uri, args.port)
-    print(f"MLflow UI on http://127.0.0.1:{args.port} ({cmd[cmd.index('--backend-store-uri') + 1]}); Ctrl-C stops it",
+    print(f"MLflow UI on {ui_url(args.port)} ({cmd[cmd.index('--backend-store-uri') + 1]}); Ctrl-C stops it",
           file=sys.stderr)
     os.execvpe(cmd[0], cmd, env)  # the server replaces this process, so stopping `ripple ui` stops it
 

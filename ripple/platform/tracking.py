@@ -158,6 +158,13 @@ def ui_command(store_dir: str | os.PathLike, override_uri: str | None, port: int
     return cmd, env
 
 
+def ui_url(port: int, experiment_id: str | None = None) -> str:
+    """Where the UI shows runs tables: MLflow 3 opens on its GenAI views unless the URL (or the
+    browser's remembered choice) asks for the model-training workflow."""
+    page = f"experiments/{experiment_id}/runs" if experiment_id else "experiments"
+    return f"http://127.0.0.1:{port}/#/{page}?workflowType=machine_learning"
+
+
 def run_name(s: "CellSummary") -> str:
     c = s.cell
     model = c.model.rstrip("/").split("/")[-1]
