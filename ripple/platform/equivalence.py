@@ -85,6 +85,7 @@ class EquivalenceReport:
     cells: int
     limit: int | None
     caches: list[CacheResult] = field(default_factory=list)
+    weights: str = ""  # sha256 prefix of the checkpoint's weight files: which model this count is for
 
     @property
     def samples(self) -> int:
@@ -99,7 +100,7 @@ class EquivalenceReport:
         return sum(len(c.divergences) - c.near_ties for c in self.caches)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "batch_size": self.batch_size, "cells": self.cells, "limit": self.limit,
+        return {"model": self.model, "weights": self.weights, "batch_size": self.batch_size, "cells": self.cells, "limit": self.limit,
                 "samples": self.samples, "differing": self.differing, "unexplained": self.unexplained,
                 "caches": {c.cache: {"samples": c.samples, "differing": len(c.divergences), "near_ties": c.near_ties,
                                      "seconds": c.seconds} for c in self.caches},
@@ -107,7 +108,7 @@ class EquivalenceReport:
                                                                                  for x in c.divergences)]}
 
     def format(self) -> str:
-        lines = [f"batch equivalence: {self.model}, demo grid ({self.cells} cells, "
+        lines = [f"batch equivalence: {self.model} (weights sha256 {self.weights}), demo grid ({self.cells} cell{'s' if self.cells != 1 else ''}, "
                  f"{'all' if self.limit is None else self.limit} samples per cell), batch {self.batch_size} vs batch 1, "
                  f"tokens and NFE of every sample",
                  f"{'cache':<8}{'samples':>9}{'differing':>11}{'near-tie':>10}{'unexplained':>13}{'seconds':>9}"]
@@ -136,7 +137,7 @@ def check(model: str = "ripple-tiny", caches: Sequence[str] = CACHES, batch_size
 
     lm = load_model(model, dtype="float32", device=device)
     engine = Engine.from_loaded(lm)
-    report = EquivalenceReport(model, batch_size, 0, limit)
+    report = EquivalenceReport(model, batch_size, 0, limit, weights=weights_digest(lm.path))
     task_objs: dict[str, Any] = {}
     for cache in caches:
         spec = demo_spec(model, limit or 10**9, cache)
@@ -169,6 +170,20 @@ def check(model: str = "ripple-tiny", caches: Sequence[str] = CACHES, batch_size
         result.seconds = time.perf_counter() - started
         report.caches.append(result)
     return report
+
+
+def weights_digest(path) -> str:
+    """First 12 hex digits of the sha256 over the checkpoint's weight files, in name order."""
+    import hashlib
+
+    from .loading import weight_files
+
+    h = hashlib.sha256()
+    for f in sorted(weight_files(path)):
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------- explaining a difference
