@@ -100,17 +100,17 @@ class EquivalenceReport:
         return sum(len(c.divergences) - c.near_ties for c in self.caches)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "weights": self.weights, "batch_size": self.batch_size, "cells": self.cells, "limit": self.limit,
-                "samples": self.samples, "differing": self.differing, "unexplained": self.unexplained,
+        return {"model": self.model, "weights": self.weights, "batch_size": self.batch_size, "cells": self.cells,
+                "limit": self.limit, "samples": self.samples, "differing": self.differing, "unexplained": self.unexplained,
                 "caches": {c.cache: {"samples": c.samples, "differing": len(c.divergences), "near_ties": c.near_ties,
                                      "seconds": c.seconds} for c in self.caches},
-                "divergences": [{**d.__dict__, "near_tie": d.near_tie} for d in (x for c in self.caches
-                                                                                 for x in c.divergences)]}
+                "divergences": [{**d.__dict__, "near_tie": d.near_tie} for c in self.caches for d in c.divergences]}
 
     def format(self) -> str:
-        lines = [f"batch equivalence: {self.model} (weights sha256 {self.weights}), demo grid ({self.cells} cell{'s' if self.cells != 1 else ''}, "
-                 f"{'all' if self.limit is None else self.limit} samples per cell), batch {self.batch_size} vs batch 1, "
-                 f"tokens and NFE of every sample",
+        per_cell = "all" if self.limit is None else self.limit
+        lines = [f"batch equivalence: {self.model} (weights sha256 {self.weights}), demo grid ({self.cells} "
+                 f"cell{'s' if self.cells != 1 else ''}, {per_cell} samples per cell), batch {self.batch_size} vs "
+                 f"batch 1, tokens and NFE of every sample",
                  f"{'cache':<8}{'samples':>9}{'differing':>11}{'near-tie':>10}{'unexplained':>13}{'seconds':>9}"]
         for c in self.caches:
             lines.append(f"{c.cache:<8}{c.samples:>9}{len(c.divergences):>11}{c.near_ties:>10}"
