@@ -152,11 +152,16 @@ def _names(text: str | None, accepted, what: str) -> tuple[str, ...] | None:
     return names
 
 
-def parser() -> argparse.ArgumentParser:
-    from ..cli import _Parser
+class _Args(argparse.ArgumentParser):
+    """Bad input is one line and exit status 2, as for the `ripple` command."""
 
-    p = _Parser(prog="python -m ripple.platform.bench", description=__doc__,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    def error(self, message: str):  # noqa: D401
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Args(prog="python -m ripple.platform.bench", description=__doc__,
+              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--reps", type=int, default=None, help="timed runs per forward (default 15; 10 with --preset)")

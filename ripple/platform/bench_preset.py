@@ -20,7 +20,7 @@ import torch
 
 from ..decoders import build
 from .bench_models import Preset, parameter_count, random_engine
-from .engine import Engine, GenerationConfig, _sync
+from .engine import Engine, GenerationConfig
 
 CACHES = ("none", "prefix", "dual")
 KS = (2, 4, 10)
@@ -105,6 +105,12 @@ class PresetReport:
         return "\n".join(lines)
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so a clock read after it sees the work done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _count(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
 
@@ -115,10 +121,10 @@ def median_ms(fn: Callable[[], object], device: torch.device, reps: int, warmup:
         fn()
     times = []
     for _ in range(reps):
-        _sync(device)
+        synchronize(device)
         t = time.perf_counter()
         fn()
-        _sync(device)
+        synchronize(device)
         times.append((time.perf_counter() - t) * 1e3)
     return statistics.median(times)
 
@@ -202,10 +208,10 @@ def _decodes(engine: Engine, preset: Preset, report: PresetReport, caches, decod
                     report.decodes.append(DecodeRow(cache, name, b, skipped=f"estimated {estimate:.0f} s, "
                                                     f"{max(left, 0):.0f} s of the budget left"))
                     continue
-                _sync(dev)
+                synchronize(dev)
                 t = time.perf_counter()
                 outs = engine.generate(prompts[b], build(name), config[cache])
-                _sync(dev)
+                synchronize(dev)
                 seconds = time.perf_counter() - t
                 tokens = sum(o.generated_tokens for o in outs)
                 report.decodes.append(DecodeRow(cache, name, b, sum(o.nfe for o in outs) / b, seconds, tokens / seconds))
