@@ -3,7 +3,7 @@ PY := .venv/bin/python
 TORCH_VERSION ?= 2.13.0
 SHARED ?= ../shared
 
-.PHONY: test demo bench clean-venv
+.PHONY: test demo bench batch-equivalence clean-venv
 
 .venv/.ready: pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
@@ -22,6 +22,11 @@ demo: .venv/.ready
 
 bench: .venv/.ready
 	$(PY) -m ripple.platform.bench
+
+# every demo-grid sample at batch 8 against batch 1, caches none/prefix/dual: same tokens and NFE
+# (re-run after retraining ripple-tiny; 4 to 10 min on one core; exit 1 if a difference is not a near-tie)
+batch-equivalence: .venv/.ready
+	$(PY) -m ripple.platform.bench --batch-equivalence
 
 clean-venv:
 	rm -rf .venv

@@ -1,10 +1,17 @@
-"""`make bench`: forward-pass timings of the engine on a random-weight LLaDA-family model.
+"""`make bench`: what the engine and the grid path cost on this machine. Measurements, not tests.
 
-Reports medians of repeated runs in one process: the forward at canvas length 256 under
-each cache policy, and the packed lookahead (m variants of a 32-token block) relative to
-a normal forward of the same policy. Then the grid platform's overhead: the demo grid
-through Ray local mode against the same samples decoded in one process. A measurement,
-not a test.
+  python -m ripple.platform.bench                      forward timings of a random-weight LLaDA-family
+                                                       model (medians of repeated runs; the packed lookahead
+                                                       against a plain forward per cache policy), the grid
+                                                       path's overhead (the demo grid through Ray local mode
+                                                       against one process), and throughput mode: the demo
+                                                       grid's samples per second at batch 1, 4 and 8
+  python -m ripple.platform.bench --preset llada-8b --device cuda --dtype bfloat16
+                                                       forwards, lookaheads (k 2, 4, 10) and decode TPS at
+                                                       batch 1 and 8 of a random-weight model with
+                                                       LLaDA-8B-Instruct's shapes (`--preset tiny` on CPU)
+  python -m ripple.platform.bench --batch-equivalence  every demo-grid sample at batch 8 against batch 1,
+                                                       cache none, prefix and dual (tokens and NFE)
 """
 from __future__ import annotations
 
@@ -12,13 +19,14 @@ import argparse
 import json
 import os
 import platform as pyplatform
-import statistics
+import sys
 import time
 
 import torch
 
-from .engine import Engine, _sync
-from .models import DiffusionTransformer, TransformerConfig
+from ..errors import RippleError
+from .bench_models import PRESETS, get_preset, random_engine
+from .bench_preset import median_ms
 
 
 def machine() -> str:
@@ -32,30 +40,17 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), {dev}"
 
 
-def _median_ms(fn, device, reps: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        _sync(device)
-        t = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
-
-
-def run(seq: int = 256, block: int = 32, variants: int = 10, d_model: int = 512, layers: int = 8,
-        vocab: int = 32768, reps: int = 15, device: str = "cpu", dtype: str = "float32") -> dict:
+def run(reps: int = 15, device: str = "cpu", dtype: str = "float32", variants: int = 10) -> dict:
+    """Forward timings of the `cpu` preset: canvas 256 = 192 prompt + 64 response tokens, the first
+    response block of 32 being decoded."""
     torch.manual_seed(0)
+    preset = get_preset("cpu")
     dev = torch.device(device)
-    cfg = TransformerConfig(vocab_size=vocab, d_model=d_model, n_layers=layers, n_heads=d_model // 64,
-                            n_kv_heads=d_model // 64, mlp_hidden=int(8 * d_model / 3) // 64 * 64,
-                            rope_theta=500000.0, norm_eps=1e-5)
-    model = DiffusionTransformer(cfg).to(dev, getattr(torch, dtype)).eval()
-    mask_id = vocab - 1
-    engine = Engine(model, mask_id=mask_id, eos_ids=[1], pad_id=0, device=dev)
-    prompt = seq - 2 * block  # the first of two response blocks is being decoded
+    engine = random_engine(preset, dev, getattr(torch, dtype))
+    c, block = preset.config, preset.block_length
+    mask_id, vocab = engine.mask_id, c["vocab_size"]
+    prompt = preset.prompt_tokens
+    seq = prompt + preset.gen_length
     canvas = torch.randint(0, vocab - 2, (1, seq), device=dev)
     canvas[0, prompt:] = mask_id
     canvas[0, prompt:prompt + block // 2] = torch.randint(0, vocab - 2, (block // 2,), device=dev)
@@ -63,12 +58,12 @@ def run(seq: int = 256, block: int = 32, variants: int = 10, d_model: int = 512,
     pad = torch.zeros(1, seq, dtype=torch.bool, device=dev)
     lo, hi = prompt, prompt + block
     rows = torch.arange(lo, hi, device=dev)
-    results: dict = {"machine": machine(), "config": {"d_model": d_model, "layers": layers, "vocab": vocab,
+    results: dict = {"machine": machine(), "config": {"d_model": c["d_model"], "layers": c["n_layers"], "vocab": vocab,
                      "seq": seq, "block": block, "variants": variants, "dtype": dtype, "reps": reps}}
     with torch.inference_mode():
         _, kv = engine.forward_full(canvas, positions, pad, rows, True)
-        results["block_opening_ms"] = _median_ms(
-            lambda: engine.forward_full(canvas, positions, pad, rows, True), dev, reps)
+        results["block_opening_ms"] = median_ms(
+            lambda: engine.forward_full(canvas, positions, pad, rows, True), dev, reps, warmup=3)
         var = canvas[:, lo:hi][:, None].repeat(1, variants, 1)  # [1, m, L]
         var[0, :, block // 2] = torch.arange(variants, device=dev)
         for cache, (w0, w1) in {"none": (0, seq), "prefix": (lo, seq), "dual": (lo, hi)}.items():
@@ -77,10 +72,10 @@ def run(seq: int = 256, block: int = 32, variants: int = 10, d_model: int = 512,
             Tw = w1 - w0
             var_rows = (Tw + torch.arange(variants, device=dev)[:, None] * block
                         + torch.arange(block, device=dev)[None]).reshape(-1)
-            normal = _median_ms(lambda: engine.forward_window(canvas, positions, pad, cache_kv, w0, w1, lo, hi,
-                                                              None, base_rows), dev, reps)
-            look = _median_ms(lambda: engine.forward_window(canvas, positions, pad, cache_kv, w0, w1, lo, hi, var,
-                                                            torch.cat((base_rows, var_rows))), dev, reps)
+            normal = median_ms(lambda: engine.forward_window(canvas, positions, pad, cache_kv, w0, w1, lo, hi,
+                                                             None, base_rows), dev, reps, warmup=3)
+            look = median_ms(lambda: engine.forward_window(canvas, positions, pad, cache_kv, w0, w1, lo, hi, var,
+                                                           torch.cat((base_rows, var_rows))), dev, reps, warmup=3)
             results[cache] = {"tokens": Tw, "forward_ms": normal, "lookahead_ms": look, "lookahead_ratio": look / normal}
     return results
 
@@ -137,19 +132,107 @@ def print_grid_overhead(g: dict) -> None:
           f"(Ray start and model load included), {g['steady_overhead_ratio']:.2f} after start-up")
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ripple.platform.bench", description=__doc__)
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise RippleError(f"--batch-sizes takes comma-separated positive integers such as 1,4,8, got {text!r}")
+    return sizes
+
+
+def _names(text: str | None, accepted, what: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [n for n in names if n not in accepted]
+    if unknown or not names:
+        raise RippleError(f"unknown {what} {unknown[0] if unknown else text!r}; accepted: {', '.join(accepted)}")
+    return names
+
+
+class _Args(argparse.ArgumentParser):
+    """Bad input is one line and exit status 2, as for the `ripple` command."""
+
+    def error(self, message: str):  # noqa: D401
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Args(prog="python -m ripple.platform.bench", description=__doc__,
+              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--reps", type=int, default=None, help="timed runs per forward (default 15; 10 with --preset)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--grid-limit", type=int, default=5, help="samples per cell of the demo grid overhead run")
     p.add_argument("--no-grid", action="store_true", help="skip the grid overhead comparison")
-    args = p.parse_args(argv)
-    r = run(reps=args.reps, device=args.device, dtype=args.dtype)
+    p.add_argument("--batch-limit", type=int, default=16, help="samples per cell of the batch-size comparison")
+    p.add_argument("--batch-sizes", default="1,4,8", help="batch sizes compared, the first is the reference")
+    p.add_argument("--no-batches", action="store_true", help="skip the batch-size comparison")
+    p.add_argument("--preset", default=None, help=f"a random-weight model report instead: {', '.join(PRESETS)}")
+    p.add_argument("--budget-seconds", type=float, default=300.0, help="--preset: wall-time budget of the run")
+    p.add_argument("--batch-equivalence", action="store_true", help="compare every demo-grid sample at "
+                   "--batch-size against batch 1 instead")
+    p.add_argument("--batch-size", type=int, default=8, help="--batch-equivalence: the batch size checked")
+    p.add_argument("--caches", default="none,prefix,dual", help="--batch-equivalence: cache policies")
+    p.add_argument("--limit", type=int, default=50, help="--batch-equivalence: samples per cell")
+    p.add_argument("--decoders", default=None, help="--batch-equivalence: only these decoders (comma-separated)")
+    p.add_argument("--tasks", default=None, help="--batch-equivalence: only these tasks (comma-separated)")
+    p.add_argument("--model", default="ripple-tiny", help="--batch-equivalence and the batch-size comparison")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return _main(args)
+    except RippleError as exc:
+        print(f"ripple bench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(args) -> int:
+    from ..decoders import CACHE_POLICIES, names
+    from .spec import check_batch_size
+
+    if args.reps is not None and args.reps < 1:
+        raise RippleError(f"--reps must be positive, got {args.reps}")
+    if args.batch_equivalence:
+        from ..tasks import task_names
+        from .equivalence import check
+
+        check_batch_size(args.batch_size, "--batch-size")
+        if args.limit < 1:
+            raise RippleError(f"--limit must be a positive number of samples per cell, got {args.limit}")
+        report = check(args.model, _names(args.caches, CACHE_POLICIES, "cache policy"), args.batch_size, args.limit,
+                       _names(args.decoders, names(), "decoder"), _names(args.tasks, task_names(), "task"),
+                       progress=not args.json)
+        print(json.dumps(report.to_dict()) if args.json else report.format())
+        return 1 if report.unexplained else 0
+    if args.preset is not None:
+        from .bench_preset import run_preset
+
+        preset = get_preset(args.preset)
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
+            raise RippleError(f"--device {args.device}: no CUDA device here; use --device cpu (e.g. --preset tiny)")
+        report = run_preset(preset, args.device, args.dtype, reps=args.reps or 10, budget_s=args.budget_seconds,
+                            log=(lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr)))
+        print(json.dumps(report.to_dict()) if args.json else report.format())
+        return 0
+    sizes = _sizes(args.batch_sizes)
+    if args.batch_limit < 1:
+        raise RippleError(f"--batch-limit must be positive, got {args.batch_limit}")
+    r = run(reps=args.reps or 15, device=args.device, dtype=args.dtype)
     g = None if args.no_grid else grid_overhead(args.grid_limit)
+    b = None
+    if not args.no_batches:
+        from .bench_batches import run_batch_bench
+
+        b = run_batch_bench(args.batch_limit, sizes, args.model, progress=not args.json)
     if args.json:
-        print(json.dumps({**r, "grid": g}))
+        print(json.dumps({**r, "grid": g, "batches": b.to_dict() if b else None}))
         return 0
     c = r["config"]
     print(f"machine: {r['machine']}")
@@ -163,6 +246,8 @@ def main(argv=None) -> int:
         print(f"{cache:<8}{x['tokens']:>11}{x['forward_ms']:>12.1f}{x['lookahead_ms']:>14.1f}{x['lookahead_ratio']:>19.2f}")
     if g is not None:
         print_grid_overhead(g)
+    if b is not None:
+        print(b.format())
     return 0
 
 

@@ -31,6 +31,10 @@ Base queries never see a segment and segments never see each other. Keys outside
 recomputed window come from the block-opening cache for all of them, so the rules hold
 unchanged under every cache policy. Decoders that declare nothing pay nothing: their
 forwards compute exactly the block's rows.
+
+`trace` receives every decision as a JSON-able event; `observe` (diagnostics, e.g. the
+batch-equivalence check) also receives the tensors each decision reads, under the same
+(block, step, phase) key as its trace event.
 """
 from __future__ import annotations
 
@@ -45,6 +49,9 @@ from ..errors import RippleError
 from .models.transformer import KVCache
 
 TraceFn = Callable[[dict[str, Any]], None]
+# observe(row, (block, step, phase), tensors): the logits a decision reads, before it is taken.
+# Tensors are live engine state: an observer that keeps them must copy them.
+ObserveFn = Callable[[int, tuple[int, int, str], dict[str, torch.Tensor]], None]
 
 
 @dataclass(frozen=True)
@@ -132,13 +139,13 @@ class Engine:
     # ------------------------------------------------------------------ generate
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], decoder: Scheduler, config: GenerationConfig,
-                 trace: TraceFn | None = None) -> list[SampleOutput]:
+                 trace: TraceFn | None = None, observe: ObserveFn | None = None) -> list[SampleOutput]:
         if config.cache not in decoder.supported_caches:
             raise RippleError(
                 f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                 f"supported: {', '.join(decoder.supported_caches)}"
             )
-        run = _Run(self, prompts, decoder, config, trace)
+        run = _Run(self, prompts, decoder, config, trace, observe)
         return run.execute()
 
     # ------------------------------------------------------------------ forwards
@@ -225,8 +232,8 @@ class Engine:
 class _Run:
     """State of one `generate` call: the canvas of a batch and per-row bookkeeping."""
 
-    def __init__(self, engine: Engine, prompts, decoder: Scheduler, cfg: GenerationConfig, trace):
-        self.e, self.decoder, self.cfg, self.trace = engine, decoder, cfg, trace
+    def __init__(self, engine: Engine, prompts, decoder: Scheduler, cfg: GenerationConfig, trace, observe=None):
+        self.e, self.decoder, self.cfg, self.trace, self.observe = engine, decoder, cfg, trace, observe
         if not prompts:
             raise RippleError("no prompts given")
         lens = [len(p) for p in prompts]
@@ -336,6 +343,10 @@ class _Run:
                 st = states[r]
                 if st.step >= max_steps:
                     raise RuntimeError(f"decoder {dec.name!r} made no progress in block {blk} after {max_steps} steps")
+                if self.observe is not None:
+                    self.observe(r, (blk, st.step, "step"),
+                                 {k: v for k, v in (("logits", st.logits), ("beyond", st.beyond),
+                                                    ("shadow", st.shadow)) if v is not None})
                 plan = dec.step(st)
                 _check_plan(dec, plan)
                 self._apply(r, st, plan.commit, plan.remask)
@@ -356,6 +367,8 @@ class _Run:
         group = []
         for r in rows:
             st = states[r]
+            if self.observe is not None:
+                self.observe(r, (blk, st.step, "open"), {"logits": st.logits})
             tokens, _ = greedy(st)  # [L], never the mask id
             commit = Commit(torch.zeros(1, dtype=torch.long), tokens[:1])
             self._apply(r, st, commit, None)
@@ -417,6 +430,8 @@ class _Run:
             m_r = plan.variants.shape[0]
             var = o[n:v1].reshape(m, n, -1)[:m_r]  # [m_r, n, V]
             var = torch.cat((head[None].expand(m_r, s, -1), var), dim=1)  # [m_r, L, V]
+            if self.observe is not None:
+                self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
             res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
             self._apply(r, st, res.commit, None)
             st.logits = res.logits

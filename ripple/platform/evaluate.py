@@ -74,9 +74,16 @@ def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
 def run_sample(engine: Engine, tokenizer, task, example, decoder: Scheduler, config: GenerationConfig,
                chat: bool = False) -> tuple[list[int], SampleOutput, str]:
     """Decode one example: (prompt ids, engine output, completion text cut at the task's stops)."""
-    ids = encode_prompt(tokenizer, example.prompt, chat=chat)
-    out = engine.generate([ids], decoder, config)[0]
-    return ids, out, completion_text(tokenizer, out, task.stop_sequences)
+    return run_batch(engine, tokenizer, task, [example], decoder, config, chat=chat)[0]
+
+
+def run_batch(engine: Engine, tokenizer, task, examples, decoder: Scheduler, config: GenerationConfig,
+              chat: bool = False) -> list[tuple[list[int], SampleOutput, str]]:
+    """Decode several examples in one engine call (left-padded rows, per-row NFE): for each, as
+    `run_sample`. The tokens equal those of one call per example (`ripple.platform.equivalence`)."""
+    prompts = [encode_prompt(tokenizer, ex.prompt, chat=chat) for ex in examples]
+    outs = engine.generate(prompts, decoder, config)
+    return [(ids, out, completion_text(tokenizer, out, task.stop_sequences)) for ids, out in zip(prompts, outs)]
 
 
 def sample_result(example, ids: list[int], out: SampleOutput, text: str, score) -> SampleResult:

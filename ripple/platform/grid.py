@@ -1,9 +1,10 @@
 """`ripple grid`: run a grid spec on a pool of Ray workers, resumably.
 
 The driver plans every (cell, sample) of the spec, skips the keys already in the result
-store, and streams the rest to workers: each worker has at most `DEPTH` samples in
-flight, and results are consumed in completion order with `ray.wait`, each batch
-written to the store the moment it arrives. Grids over several models run one worker
+store, and streams the rest to workers in batches of up to `batch_size` samples of one
+cell (throughput mode; 1 by default): each worker has at most `DEPTH` batches in flight,
+and results are consumed in completion order with `ray.wait`, each batch's records
+written to the store the moment they arrive. Grids over several models run one worker
 pool per model, one after the other. At the end every cell is summarised from the
 store (so samples from earlier, interrupted runs count) and logged to MLflow.
 
@@ -29,7 +30,7 @@ from .metrics import BASELINE_DECODER, CellMetrics, summarize_cells
 from .store import KEY, ResultStore, SampleRecord
 from .workers import WorkItem
 
-DEPTH = 2  # samples in flight per worker: one decodes while the one before is scored (or the next waits)
+DEPTH = 2  # batches in flight per worker: one decodes while the one before is scored (or the next waits)
 COMPACT_EVERY = 256  # merge part files after this many, so a long grid leaves few files
 DIED = "worker died"  # error prefix of a sample whose worker died after its last restart
 
@@ -176,17 +177,27 @@ def root_cause(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def stream_items(pool: WorkerPool, items: list[WorkItem], sink: Callable[[list[SampleRecord]], None]) -> None:
-    """Send `items` to the pool, at most DEPTH in flight per worker; hand records to `sink` as they finish."""
+def batches(items: list[WorkItem], batch_size: int) -> list[list[WorkItem]]:
+    """`items` cut into batches of at most `batch_size` samples of one cell, in plan order."""
+    by_cell: dict[str, list[WorkItem]] = {}
+    for it in items:
+        by_cell.setdefault(it.cell.cell_id, []).append(it)
+    return [group[i:i + batch_size] for group in by_cell.values() for i in range(0, len(group), batch_size)]
+
+
+def stream_items(pool: WorkerPool, items: list[WorkItem], sink: Callable[[list[SampleRecord]], None],
+                 batch_size: int = 1) -> None:
+    """Send `items` to the pool in batches of up to `batch_size` samples of one cell, at most DEPTH
+    batches in flight per worker; hand each batch's records to `sink` as soon as it finishes."""
     import ray
 
-    queue = deque(items)
-    inflight: dict[Any, tuple[int, WorkItem]] = {}
+    queue = deque(batches(items, batch_size))
+    inflight: dict[Any, tuple[int, list[WorkItem]]] = {}
 
     def feed(slot: int) -> None:
         if queue and pool.actors[slot] is not None:
-            item = queue.popleft()
-            inflight[pool.actors[slot].run.remote(item)] = (slot, item)
+            batch = queue.popleft()
+            inflight[pool.actors[slot].run_batch.remote(batch, batch_size)] = (slot, batch)
 
     for _ in range(DEPTH):
         for slot in range(len(pool.actors)):
@@ -196,22 +207,25 @@ def stream_items(pool: WorkerPool, items: list[WorkItem], sink: Callable[[list[S
         if rest:  # take everything else that is already finished, without waiting
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
-        records = _results(ready, inflight)
-        for ref, record in zip(ready, records):
+        records = []
+        for ref, batch_records in zip(ready, _results(ready, inflight, batch_size)):
             slot, _ = inflight.pop(ref)
-            if record.error is not None and record.error.startswith(DIED):
+            if any(r.error is not None and r.error.startswith(DIED) for r in batch_records):
                 pool.actors[slot] = None  # restarts exhausted: route nothing more to it
+            records += batch_records
         sink(records)
         for slot in range(len(pool.actors)):
             busy = sum(1 for s, _ in inflight.values() if s == slot)
             for _ in range(DEPTH - busy):
                 feed(slot)
         if queue and not inflight:
-            raise RippleError(f"every worker died; {len(queue)} samples were not run (re-run the grid to resume)")
+            missing = sum(len(b) for b in queue)
+            raise RippleError(f"every worker died; {missing} samples were not run (re-run the grid to resume)")
 
 
-def _results(ready: list, inflight: dict) -> list[SampleRecord]:
-    """The records behind finished refs; a sample whose worker died for good becomes an error record."""
+def _results(ready: list, inflight: dict, batch_size: int) -> list[list[SampleRecord]]:
+    """The records of each finished batch; the samples of a batch whose worker died for good (or
+    whose call failed in Ray) become error records."""
     import ray
 
     try:
@@ -222,9 +236,11 @@ def _results(ready: list, inflight: dict) -> list[SampleRecord]:
             try:
                 out.append(ray.get(ref))
             except ray.exceptions.RayActorError as exc:
-                out.append(inflight[ref][1].record(error=f"{DIED}: {root_cause(exc)}"))
+                error = f"{DIED}: {root_cause(exc)}"
+                out.append([it.record(error=error, batch_size=batch_size) for it in inflight[ref][1]])
             except ray.exceptions.RayError as exc:
-                out.append(inflight[ref][1].record(error=f"{type(exc).__name__}: {root_cause(exc)}"))
+                error = f"{type(exc).__name__}: {root_cause(exc)}"
+                out.append([it.record(error=error, batch_size=batch_size) for it in inflight[ref][1]])
         return out
 
 
@@ -279,7 +295,8 @@ def summary_json(spec: GridSpec, run: GridRun | None = None) -> str:
     """One JSON object: the plan, and with a run its counts and per-cell aggregates."""
     import json
 
-    out: dict[str, Any] = {"spec": spec.path, "experiment": spec.experiment, "cells": len(spec.cells)}
+    out: dict[str, Any] = {"spec": spec.path, "experiment": spec.experiment, "cells": len(spec.cells),
+                           "batch_size": spec.batch_size}
     if run is None:
         out["plan"] = [{"cell_id": c.cell_id, **c.settings, "limit": c.limit} for c in spec.cells]
         return json.dumps(out)
@@ -327,7 +344,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
     try:
         for (model, dtype), group in groups.items():
             t0 = time.perf_counter()
-            count, cpus, gpus = pool_shape(spec.workers, workers, len(group))
+            count, cpus, gpus = pool_shape(spec.workers, workers, len(batches(group, spec.batch_size)))
             pool = WorkerPool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus)
             run.workers += pool.infos
             t1 = time.perf_counter()
@@ -336,7 +353,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
                 bar = progress_bar(total=len(todo), disable=not progress, unit="sample", dynamic_ncols=True,
                                    desc=_progress_text(run, per_cell, total))
             try:
-                stream_items(pool, group, sink)
+                stream_items(pool, group, sink, spec.batch_size)
             finally:
                 run.stream_seconds += time.perf_counter() - t1
                 pool.close()
@@ -360,6 +377,10 @@ INTERVALS_NOTE = ("± is half the width of a 95 % interval: Wilson for accuracy,
                   "(exact McNemar).")
 
 
+THROUGHPUT_NOTE = ("TPS and speedup are batch-1 figures (samples decoded alone; - when none was); throughput is "
+                   "generated tokens per second of wall time across each worker's batches, at the largest batch size.")
+
+
 def format_table(run: GridRun) -> str:
     """The comparison table: one row per cell; settings shared by every cell go to the header line."""
     sums = run.summaries
@@ -373,14 +394,20 @@ def format_table(run: GridRun) -> str:
             f"; {limits} samples per cell; {run.computed} computed, {run.skipped} already stored")
     if run.workers:
         head += f"; {len(run.workers)} worker(s) on {', '.join(sorted({w['hardware'] for w in run.workers}))}"
+    sizes = sorted({s.batch_size for s in sums})
+    batched = sizes[-1] > 1
+    if batched:  # throughput mode: TPS and speedup stay batch-1 figures (records decoded alone)
+        head += f"; batch size {'/'.join(map(str, sizes))}"
     errors = any(s.errors for s in sums)
     keys = [["task", *varying, "decoder"]] + [[s.cell.task, *(str(getattr(s.cell, c)) for c in varying),
                                                 s.cell.label()] for s in sums]
     minimum = [7] + [0] * len(varying) + [11]  # the widths of the original demo table
     widths = [max(m, *(len(row[i]) for row in keys)) for i, m in enumerate(minimum)]
-    cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", f"{s.tps:.1f}",
-             s.speedup_text()] + ([str(s.errors)] if errors else []) for s in sums]
-    metrics = ["accuracy %", "mean NFE", "TPS", "speedup"] + (["errors"] if errors else [])
+    cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", _number(s.tps),
+             s.speedup_text()] + ([_number(s.throughput)] if batched else []) + ([str(s.errors)] if errors else [])
+            for s in sums]
+    metrics = (["accuracy %", "mean NFE", "TPS", "speedup"] + (["throughput"] if batched else [])
+               + (["errors"] if errors else []))
     mwidths = [max(len(m), *(len(c[i]) for c in cols)) for i, m in enumerate(metrics)]
 
     def line(keys_: list[str], values: list[str]) -> str:
@@ -392,4 +419,10 @@ def format_table(run: GridRun) -> str:
     for row, values in zip(keys[1:], cols):
         lines.append(line(row, values))
     lines.append(INTERVALS_NOTE)
+    if batched:
+        lines.append(THROUGHPUT_NOTE)
     return "\n".join(lines)
+
+
+def _number(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"

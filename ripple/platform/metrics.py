@@ -4,9 +4,13 @@ Every surface (`ripple eval`, the grid table, MLflow, sweeps, `ripple report`) c
 `summarize_cells`, so a number means the same everywhere and is computed once:
   accuracy     percent correct over samples without error, with its 95 % Wilson interval;
   mean NFE     over samples without error;
-  TPS          generated tokens / decode seconds, both summed over the cell (canvas TPS: gen_length);
-  speedup      TPS / the baseline cell's TPS, and NFE speedup = baseline mean NFE / mean NFE, each
-               with a 95 % paired-bootstrap interval over the samples both cells share (seeded);
+  TPS          generated tokens / decode seconds, both summed over the cell's samples decoded at
+               batch 1 (canvas TPS: gen_length): a latency figure, None when no sample ran alone;
+  throughput   generated tokens / wall seconds of the engine calls (batches) that decoded them,
+               over the samples at the cell's largest batch size: at batch 1 it equals TPS;
+  speedup      TPS / the baseline cell's TPS (so at batch 1 only), and NFE speedup = baseline mean
+               NFE / mean NFE, each with a 95 % paired-bootstrap interval over the samples both
+               cells share (seeded);
   p_value      exact McNemar test of correctness against the baseline on the shared samples
                (a binomial test on the discordant pairs).
 Statistics come from scipy.stats, not hand-written formulas.
@@ -37,9 +41,12 @@ class CellMetrics:
     accuracy_hi: float
     mean_nfe: float
     generated_tokens: int  # summed over the cell
-    decode_seconds: float  # summed over the cell
-    tps: float
-    canvas_tps: float
+    decode_seconds: float  # summed over the cell's batch-1 samples (TPS's denominator)
+    tps: float | None  # batch-1 TPS; None when every sample was decoded in a batch of several
+    canvas_tps: float | None
+    batch_size: int = 1  # the largest batch size among the cell's samples
+    throughput: float | None = None  # generated tokens / wall seconds across the batches at `batch_size`
+    batches: int = 0  # engine calls behind `throughput`
     shared: int | None = None  # samples without error in both this cell and its baseline
     speedup: float | None = None
     speedup_lo: float | None = None
@@ -57,8 +64,9 @@ class CellMetrics:
     def from_metrics(cls, values: Mapping[str, float]) -> "CellMetrics":
         """Inverse of `metrics()` (e.g. for numbers that crossed a process boundary as a dict)."""
         names = {f.name: f.type for f in fields(cls)}
-        return cls(**{k: (int(v) if names[k] in ("int", "int | None") else float(v))
-                      for k, v in values.items() if k in names})
+        unset = {k: None for k, t in names.items() if t.endswith("| None")}  # metrics() drops None values
+        return cls(**{**unset, **{k: (int(v) if names[k] in ("int", "int | None") else float(v))
+                                  for k, v in values.items() if k in names}})
 
     @property
     def significant(self) -> bool:
@@ -123,34 +131,72 @@ def paired_ratio_interval(num_a, den_a, num_b, den_b, seed: int = SEED) -> tuple
 
 
 def _ok(rows: pl.DataFrame) -> pl.DataFrame:
-    return rows.filter(pl.col("error").is_null())
+    """Samples without error, with the batch columns filled in where `rows` predate them (a record
+    without them was decoded alone: its batch is itself, its wall time its decode time)."""
+    ok = rows.filter(pl.col("error").is_null())
+    if "batch_size" not in ok.columns:
+        ok = ok.with_columns(pl.lit(1, dtype=pl.Int64).alias("batch_size"))
+    if "batch_id" not in ok.columns:
+        ok = ok.with_columns(pl.lit(None, dtype=pl.String).alias("batch_id"))
+    if "batch_seconds" not in ok.columns:
+        ok = ok.with_columns(pl.lit(None, dtype=pl.Float64).alias("batch_seconds"))
+    own = pl.format("sample:{}", pl.col("sample_id"))
+    if "task" in ok.columns:  # rows may span several tasks (a sweep trial): sample ids repeat across them
+        own = pl.format("sample:{}:{}", pl.col("task"), pl.col("sample_id"))
+    return ok.with_columns(pl.col("batch_size").fill_null(1), pl.col("batch_id").fill_null(own),
+                           pl.col("batch_seconds").fill_null(pl.col("decode_seconds")))
+
+
+def _alone(ok: pl.DataFrame) -> pl.DataFrame:
+    """The samples decoded at batch 1: the only ones whose decode time is a latency (TPS, speedup)."""
+    return ok.filter(pl.col("batch_size") == 1)
+
+
+def throughput(ok: pl.DataFrame) -> tuple[int, float | None, int]:
+    """(batch size, generated tokens / wall seconds of their batches, batches) over the samples at the
+    largest batch size in `ok` (a grid resumed at another batch size holds several)."""
+    if ok.height == 0:
+        return 1, None, 0
+    size = int(ok["batch_size"].max())
+    rows = ok.filter(pl.col("batch_size") == size)
+    batches = rows.group_by("batch_id").agg(pl.col("batch_seconds").max()).sort("batch_id")  # a fixed summing order
+    wall = float(batches["batch_seconds"].sum() or 0.0)
+    tokens = int(rows["generated_tokens"].sum() or 0)
+    return size, tokens / wall if wall > 0 else None, batches.height
 
 
 def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int = SEED) -> CellMetrics:
     """The metrics of one cell's records (`rows`), compared with `base` (the baseline cell's) if given.
 
-    Columns used: sample_id, correct, error, nfe, generated_tokens, decode_seconds, gen_length (and
-    task, when present: the rows of several tasks' cells pool into one, as a sweep trial does)."""
+    Columns used: sample_id, correct, error, nfe, generated_tokens, decode_seconds, gen_length, and
+    when present batch_size, batch_id, batch_seconds (absent: batch 1) and task (the rows of several
+    tasks' cells pool into one, as a sweep trial does)."""
     ok = _ok(rows)
     n = ok.height
     correct = int(ok["correct"].cast(pl.Int64).sum() or 0) if n else 0
-    tokens = int(ok["generated_tokens"].sum() or 0) if n else 0
-    seconds = float(ok["decode_seconds"].sum() or 0.0) if n else 0.0
-    canvas = int(ok["gen_length"].sum() or 0) if n else 0
+    alone = _alone(ok)
+    tokens = int(alone["generated_tokens"].sum() or 0)
+    seconds = float(alone["decode_seconds"].sum() or 0.0)
+    canvas = int(alone["gen_length"].sum() or 0)
+    timed = alone.height > 0 and seconds > 0
+    size, tput, batches = throughput(ok)
     lo, hi = wilson(correct, n)
     out = dict(n=n, errors=rows.height - n, correct=correct, accuracy=100 * correct / n if n else 0.0,
                accuracy_lo=lo, accuracy_hi=hi, mean_nfe=float(ok["nfe"].mean()) if n else 0.0,
-               generated_tokens=tokens, decode_seconds=seconds, tps=tokens / seconds if seconds else 0.0, canvas_tps=canvas / seconds if seconds else 0.0)
+               generated_tokens=int(ok["generated_tokens"].sum() or 0) if n else 0, decode_seconds=seconds,
+               tps=tokens / seconds if timed else None, canvas_tps=canvas / seconds if timed else None,
+               batch_size=size, throughput=tput, batches=batches)
     if base is not None:
         out.update(_compare(ok, _ok(base), out, seed))
     return CellMetrics(**out)
 
 
 def _compare(ok: pl.DataFrame, base_ok: pl.DataFrame, mine: dict, seed: int) -> dict[str, Any]:
-    b_tokens, b_seconds = base_ok["generated_tokens"].sum(), base_ok["decode_seconds"].sum()
+    base_alone = _alone(base_ok)  # speedup compares batch-1 TPS with batch-1 TPS
+    b_tokens, b_seconds = base_alone["generated_tokens"].sum(), base_alone["decode_seconds"].sum()
     b_nfe = base_ok["nfe"].mean() if base_ok.height else None
     key = ["task", "sample_id"] if "task" in ok.columns else ["sample_id"]  # rows may span several tasks
-    cols = [*key, "correct", "nfe", "generated_tokens", "decode_seconds"]
+    cols = [*key, "correct", "nfe", "generated_tokens", "decode_seconds", "batch_size"]
     pair = ok.select(cols).join(base_ok.select(cols), on=key, suffix="_base")
     out: dict[str, Any] = {"shared": pair.height}
     if b_seconds and b_tokens and mine["tps"]:
@@ -159,8 +205,9 @@ def _compare(ok: pl.DataFrame, base_ok: pl.DataFrame, mine: dict, seed: int) -> 
         out["nfe_speedup"] = float(b_nfe) / mine["mean_nfe"]
     if pair.height == 0:
         return out
-    tps_ci = paired_ratio_interval(pair["generated_tokens"], pair["decode_seconds"], pair["generated_tokens_base"],
-                                   pair["decode_seconds_base"], seed)
+    timed = pair.filter((pl.col("batch_size") == 1) & (pl.col("batch_size_base") == 1))
+    tps_ci = paired_ratio_interval(timed["generated_tokens"], timed["decode_seconds"], timed["generated_tokens_base"],
+                                   timed["decode_seconds_base"], seed)
     if tps_ci is not None and "speedup" in out:
         out["speedup_lo"], out["speedup_hi"] = tps_ci
     ones = np.ones(pair.height)  # NFE speedup = (sum nfe_base / n) / (sum nfe / n)

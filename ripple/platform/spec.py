@@ -17,6 +17,7 @@ Example (`ripple/platform/grids/demo.yaml` is another):
     gen_lengths: [48]
     block_lengths: [16]
     caches: [none, prefix]
+    batch_size: 8                                       # samples of a cell per engine call (default 1)
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from .store import DecodeSettings, check_name, dumps
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
-            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "data_dir", "workers")
+            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "data_dir", "workers", "batch_size")
 DECODER_KEYS = ("name", "params", "task_params", "models")
 TASK_KEYS = ("limit",)
 WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
@@ -111,6 +112,9 @@ class GridSpec:
     data_dir: str | None
     workers: WorkerSpec
     description: str = ""
+    # samples of one cell a worker decodes in one engine call. Not part of any cell id: it changes
+    # timing, never tokens or NFE (checked by `python -m ripple.platform.bench --batch-equivalence`)
+    batch_size: int = 1
 
     def _per_task(self) -> list[str]:
         """One line per decoder whose settings differ between tasks: each task's values of the
@@ -140,6 +144,12 @@ class GridSpec:
         cells = tuple(replace(c, limit=limit if c.limit is None else min(c.limit, limit)) for c in self.cells)
         return replace(self, cells=cells)
 
+    def with_batch_size(self, batch_size: int | None) -> "GridSpec":
+        """Decode up to `batch_size` samples of a cell per engine call (`ripple grid --batch-size`)."""
+        if batch_size is None:
+            return self
+        return replace(self, batch_size=check_batch_size(batch_size, "--batch-size"))
+
     def with_data_dir(self, data_dir: str | None) -> "GridSpec":
         """Read benchmark data from `data_dir` (`ripple grid --data-dir`) instead of the spec's."""
         return self if data_dir is None else replace(self, data_dir=data_dir)
@@ -161,7 +171,16 @@ class GridSpec:
                 lines += self._per_task()
         limits = sorted({"all" if c.limit is None else str(c.limit) for c in self.cells})
         lines.append(f"  samples per cell: {', '.join(limits)}")
+        lines.append(f"  batch size: {self.batch_size}")
         return "\n".join(lines)
+
+
+def check_batch_size(value: Any, name: str) -> int:
+    """A positive number of samples per engine call, or one line naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RippleError(f"{name} must be a positive number of samples per engine call (1 = one at a time), "
+                          f"got {value!r}")
+    return value
 
 
 def shipped_names(directory: Path) -> list[str]:
@@ -315,7 +334,14 @@ class _Parser:
         ids = [c.cell_id for c in cells]
         if len(set(ids)) != len(ids):
             raise self.fail("two decoder entries describe the same cell; remove the duplicate")
-        return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description)
+        return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description,
+                        self.batch_size(raw.get("batch_size", 1)))
+
+    def batch_size(self, value: Any) -> int:
+        try:
+            return check_batch_size(value, "'batch_size'")
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
 
     def model(self, name: str) -> None:
         """An embedded name, a local checkpoint directory (its config and weight files are checked

@@ -72,6 +72,12 @@ class SampleRecord(DecodeSettings):
     versions: str | None = None  # JSON: python, torch, ray, transformers, ripple
     run_id: str | None = None  # the driver invocation that computed this record
     finished_at: float | None = None  # unix seconds when the worker finished the sample
+    # Throughput mode: the sample was decoded in one engine call with up to `batch_size` samples of
+    # its cell. Tokens and NFE do not depend on it (`ripple.platform.equivalence`), timing does:
+    # TPS counts batch-1 records only, throughput divides by the batches' wall time.
+    batch_size: int = 1  # the setting that produced the record (a store written before it reads as 1)
+    batch_id: str | None = None  # the engine call; its records share `batch_seconds`
+    batch_seconds: float | None = None  # wall time of that call from its first forward to its last commit
 
     @property
     def key(self) -> tuple[str, str]:
@@ -92,6 +98,14 @@ def _schema() -> dict[str, pl.DataType]:
 
 SCHEMA: dict[str, pl.DataType] = _schema()
 KEY = ["cell_id", "sample_id"]
+# columns added after stores were first written, with the value a record written before them means
+ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None}
+
+
+def _conform(frame: pl.DataFrame) -> pl.DataFrame:
+    """A part file in the current schema: columns it predates get their meaning as of then."""
+    missing = [pl.lit(ADDED_COLUMNS[c], dtype=SCHEMA[c]).alias(c) for c in ADDED_COLUMNS if c not in frame.columns]
+    return (frame.with_columns(missing) if missing else frame).select(list(SCHEMA))
 
 
 def check_name(kind: str, name: str) -> str:
@@ -141,7 +155,7 @@ class ResultStore:
         if not files:
             return pl.DataFrame(schema=SCHEMA)
         try:
-            return pl.concat([pl.read_parquet(f) for f in files], how="vertical").select(list(SCHEMA))
+            return pl.concat([_conform(pl.read_parquet(f)) for f in files], how="vertical")
         except (pl.exceptions.PolarsError, OSError) as exc:
             raise RippleError(f"result store {self.dir} has an unreadable part file ({exc})") from None
 
@@ -164,7 +178,7 @@ class ResultStore:
         parts = [p for p in self.files() if p.name.startswith("part-")]
         if len(parts) < 2:
             return
-        merged = pl.concat([pl.read_parquet(p) for p in parts], how="vertical").unique(maintain_order=True)
+        merged = pl.concat([_conform(pl.read_parquet(p)) for p in parts], how="vertical").unique(maintain_order=True)
         self._atomic_write(merged, f"compact-{uuid.uuid4().hex[:12]}.parquet")
         for p in parts:
             p.unlink()

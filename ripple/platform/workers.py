@@ -3,9 +3,10 @@
 `SampleWorker` is a plain class so the same code runs in one process (`make bench`'s
 baseline, tests) and as a Ray actor (`ray_worker_class`): on a GPU cluster each actor
 asks for `num_gpus=1`, on a CPU-only machine for a CPU count. The model loads once, in
-the constructor; every later call decodes and scores one sample and returns a frozen
-`SampleRecord`. A failing sample comes back as a record carrying its error, so the
-driver stores it instead of losing it.
+the constructor; every later call decodes a batch of samples of one cell in one engine
+call (throughput mode; a batch of one is the latency setting TPS is reported at), scores
+them and returns one frozen `SampleRecord` each. A failing sample comes back as a record
+carrying its error, so the driver stores it instead of losing it.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import platform as pyplatform
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -82,11 +84,11 @@ def library_versions() -> dict[str, str]:
 
 
 class SampleWorker:
-    """One model on one device; `run` decodes and scores one sample (batch 1, as TPS is reported).
+    """One model on one device; `run_batch` decodes and scores a batch of one cell's samples.
 
-    `run` may be called from several threads (the Ray actor allows DEPTH concurrent calls):
+    `run_batch` may be called from several threads (the Ray actor allows DEPTH concurrent calls):
     decoding is serialised by a lock, so decode times never overlap, while scoring, which for
-    code tasks runs a sandboxed program, overlaps the next sample's decoding."""
+    code tasks runs a sandboxed program, overlaps the next batch's decoding."""
 
     def __init__(self, model: str, dtype: str = "auto", device: str = "auto", threads: int | None = None,
                  data_dir: str | None = None):
@@ -120,15 +122,30 @@ class SampleWorker:
         return self._tasks[name]
 
     def run(self, item: WorkItem) -> SampleRecord:
+        """One sample alone (batch 1)."""
+        return self.run_batch([item])[0]
+
+    def run_batch(self, items: list[WorkItem], batch_size: int | None = None) -> list[SampleRecord]:
+        """Decode `items` (samples of one cell) in one engine call and score each; one record per item.
+
+        `batch_size` is the setting recorded with them (default: len(items); a cell's last batch
+        may hold fewer samples than the setting). The batch's wall time, from its first forward
+        to its last commit, is stored on each of its records with a batch id: throughput divides
+        by it. A decoding failure fails every sample of the batch; a scoring failure only its own."""
         import torch
 
         from ..decoders import build
         from .engine import GenerationConfig
-        from .evaluate import run_sample
+        from .evaluate import run_batch
 
-        cell = item.cell
+        if not items:
+            return []
+        cell = items[0].cell
         where = {"worker_id": self.worker_id, "hardware": self.hardware, "versions": self.versions}
+        batch = {"batch_size": batch_size or len(items), "batch_id": uuid.uuid4().hex[:16]}
         try:
+            if any(it.cell.cell_id != cell.cell_id for it in items):
+                raise RippleError("a batch takes samples of one cell only")
             if cell.model != self.lm.name:
                 raise RippleError(f"worker holds model {self.lm.name!r}, sample needs {cell.model!r}")
             decoder = build(cell.decoder, {k: str(v) for k, v in cell.params})
@@ -136,15 +153,24 @@ class SampleWorker:
             with self._decode:
                 task = self._task(cell.task)
                 torch.manual_seed(cell.seed)
-                ids, out, text = run_sample(self.engine, self.lm.tokenizer, task, item.example, decoder, config,
-                                            chat=cell.chat)
-            score = task.score(item.example, text)
-        except Exception as exc:  # the failure becomes the stored record (DESIGN: never dropped)
-            return item.record(error=f"{type(exc).__name__}: {exc}", **where)
-        return item.record(
-            prompt_tokens=len(ids), completion=text, generated_tokens=out.generated_tokens, nfe=out.nfe,
-            lookahead_nfe=out.lookahead_nfe, decode_seconds=out.decode_seconds, tps=out.tps,
-            canvas_tps=out.canvas_tps, correct=bool(score.correct), score=dumps(score.details), **where)
+                decoded = run_batch(self.engine, self.lm.tokenizer, task, [it.example for it in items], decoder,
+                                    config, chat=cell.chat)
+        except Exception as exc:  # the failure becomes the stored records (DESIGN: never dropped)
+            return [it.record(error=f"{type(exc).__name__}: {exc}", **where, **batch) for it in items]
+        batch["batch_seconds"] = max(out.decode_seconds for _, out, _ in decoded)  # rows share the clock
+        records = []
+        for item, (ids, out, text) in zip(items, decoded):
+            try:
+                score = task.score(item.example, text)
+            except Exception as exc:
+                records.append(item.record(error=f"{type(exc).__name__}: {exc}", **where, **batch))
+                continue
+            records.append(item.record(
+                prompt_tokens=len(ids), completion=text, generated_tokens=out.generated_tokens, nfe=out.nfe,
+                lookahead_nfe=out.lookahead_nfe, decode_seconds=out.decode_seconds, tps=out.tps,
+                canvas_tps=out.canvas_tps, correct=bool(score.correct), score=dumps(score.details), **where,
+                **batch))
+        return records
 
 
 def ray_worker_class(num_cpus: float, num_gpus: float, max_restarts: int, concurrency: int = 2):

@@ -44,7 +44,8 @@ TRIAL_MEMORY = 64 * 2**20  # bytes a trial asks Ray for: its only resource reque
 
 def score(agg: CellMetrics, weights: tuple[tuple[str, float], ...]) -> float:
     """The spec's scalarisation: sum of weight x metric (metric `score`)."""
-    values = {"accuracy": agg.accuracy, "mean_nfe": agg.mean_nfe, "tps": agg.tps, "speedup": agg.speedup or 0.0}
+    values = {"accuracy": agg.accuracy, "mean_nfe": agg.mean_nfe, "tps": agg.tps or 0.0, "speedup": agg.speedup or 0.0,
+              "throughput": agg.throughput or 0.0}
     return sum(w * values[k] for k, w in weights)
 
 
@@ -140,7 +141,7 @@ def _evaluate(ctx: _Context, actors: list, cells: tuple[Cell, ...]) -> tuple[pl.
         if not actors:
             raise RippleError(f"{len(todo)} samples of cells {', '.join(c.cell_id for c in cells)} are not stored "
                               f"and no workers were started")
-        stream_items(_Actors(actors), todo, store.append)  # each finished batch is its own part file
+        stream_items(_Actors(actors), todo, store.append, ctx.spec.batch_size)  # a part file per finished batch
     return planned_rows(items, store.read()), len(todo)
 
 
@@ -158,7 +159,8 @@ def _trial(config: dict[str, Any], ctx: _Context, actors: list) -> None:
         metrics["score"] = score(agg, ctx.spec.weights)
     for c in cells:
         m = cell_metrics(rows.filter(pl.col("cell_id") == c.cell_id))
-        metrics.update({f"{c.task}.{k}": getattr(m, k) for k in ("accuracy", "tps", "mean_nfe")})
+        metrics.update({f"{c.task}.{k}": getattr(m, k) for k in ("accuracy", "tps", "mean_nfe", "throughput")
+                        if getattr(m, k) is not None})
     tune.report(metrics)
 
 
@@ -290,7 +292,9 @@ def _name_fronts(run: SweepRun) -> None:
     from ..dashboards.pareto import ACCURACY_NFE, ACCURACY_TPS, pareto_front
 
     ok = [t for t in run.trials if t.agg is not None]
-    run.front_tps = [ok[i].trial_id for i in pareto_front([(t.agg.accuracy, t.agg.tps) for t in ok], ACCURACY_TPS)]
+    # a batched sweep has no batch-1 TPS; its speed axis is throughput
+    speed = (lambda a: a.tps) if run.spec.batch_size == 1 else (lambda a: a.throughput)  # noqa: E731
+    run.front_tps = [ok[i].trial_id for i in pareto_front([(t.agg.accuracy, speed(t.agg)) for t in ok], ACCURACY_TPS)]
     run.front_nfe = [ok[i].trial_id for i in pareto_front([(t.agg.accuracy, t.agg.mean_nfe) for t in ok],
                                                           ACCURACY_NFE)]
     sign = 1.0 if run.spec.mode == "max" else -1.0
@@ -303,7 +307,7 @@ def _name_fronts(run: SweepRun) -> None:
 
 
 TABLE_METRICS = ("accuracy", "accuracy_lo", "accuracy_hi", "mean_nfe", "tps", "speedup", "speedup_lo", "speedup_hi",
-                 "nfe_speedup", "p_value", "n", "errors")
+                 "nfe_speedup", "p_value", "n", "errors", "batch_size", "throughput")
 
 
 def trial_frame(run: SweepRun):
@@ -339,11 +343,15 @@ def write_outputs(run: SweepRun) -> Path:
     points = frame.with_columns(pl.Series("label", short)).filter(pl.col("accuracy").is_not_null())
     base = ""
     if run.baseline is not None:
-        base = f"; default: {run.baseline.accuracy:.1f}% at {run.baseline.tps:.1f} TPS, NFE {run.baseline.mean_nfe:.1f}"
+        b = run.baseline
+        speed = f"{b.tps:.1f} TPS" if b.tps is not None else f"{b.throughput or 0.0:.1f} tokens/s (batch {b.batch_size})"
+        base = f"; default: {b.accuracy:.1f}% at {speed}, NFE {b.mean_nfe:.1f}"
     tasks = ", ".join(t for t, _ in run.spec.tasks)
-    plot_pareto(points.select("label", "accuracy", "tps", "mean_nfe"),
+    speed = pl.col("tps") if run.spec.batch_size == 1 else pl.col("throughput").alias("tps")
+    axis = "" if run.spec.batch_size == 1 else f"; x axis: throughput at batch {run.spec.batch_size}"
+    plot_pareto(points.select("label", "accuracy", speed, "mean_nfe"),
                 f"{run.spec.experiment}: {run.spec.decoder} trials #n ({', '.join(names)}) on {run.spec.model} "
-                f"({tasks}){base}", out / "pareto.png")
+                f"({tasks}){base}{axis}", out / "pareto.png")
     return out
 
 
@@ -394,21 +402,24 @@ def format_table(run: SweepRun) -> str:
     names = [d.name for d in spec.space.dims]
     head = (f"sweep {spec.experiment}: {spec.decoder} on {spec.model}, {spec.search} search, {len(run.trials)} trials; "
             f"accuracy over every sample of {', '.join(t for t, _ in spec.tasks)}")
-    cols = ["trial", *names, "accuracy %", "mean NFE", "TPS", "speedup", "front"]
+    batched = spec.batch_size > 1
+    cols = ["trial", *names, "accuracy %", "mean NFE", "TPS", "speedup", *(["throughput"] if batched else []), "front"]
+    num = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     rows = []
     if run.baseline is not None:
         b = run.baseline
-        rows.append(["default", *["-"] * len(names), b.accuracy_text(), f"{b.mean_nfe:.2f}", f"{b.tps:.1f}",
-                     b.speedup_text(), ""])
+        rows.append(["default", *["-"] * len(names), b.accuracy_text(), f"{b.mean_nfe:.2f}", num(b.tps),
+                     b.speedup_text(), *([num(b.throughput)] if batched else []), ""])
     for t in run.trials:
         p = dict(t.params)
         if t.agg is None:
-            rows.append([t.trial_id, *(str(p.get(n)) for n in names), "failed", "", "", "", (t.error or "")[:60]])
+            rows.append([t.trial_id, *(str(p.get(n)) for n in names), "failed", "", "", "", *([""] if batched else []),
+                         (t.error or "")[:60]])
             continue
         a = t.agg
         front = " + ".join(n for n, ids in (("acc-TPS", run.front_tps), ("acc-NFE", run.front_nfe)) if t.trial_id in ids)
         rows.append([t.trial_id, *(str(p.get(n)) for n in names), a.accuracy_text() + (" *" if a.significant else ""),
-                     f"{a.mean_nfe:.2f}", f"{a.tps:.1f}", a.speedup_text(),
+                     f"{a.mean_nfe:.2f}", num(a.tps), a.speedup_text(), *([num(a.throughput)] if batched else []),
                      front + (" *best" if t.trial_id == run.best else "")])
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     line = lambda r: "| " + " | ".join(f"{v:<{w}}" for v, w in zip(r, widths)) + " |"  # noqa: E731

@@ -17,6 +17,7 @@ Example (`specs/tiny-demo.yaml` is another):
     baseline: true             # also evaluate `default` once: speedups
     gen_length: 48
     block_length: 16
+    batch_size: 1              # samples of a cell per engine call; above 1 rank by `throughput`, not TPS
 """
 from __future__ import annotations
 
@@ -33,11 +34,12 @@ from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TOP_KEYS = ("experiment", "description", "model", "tasks", "limit", "decoder", "space", "search", "num_samples",
             "metric", "mode", "weights", "grid_points", "baseline", "gen_length", "block_length", "cache", "seed",
-            "dtype", "chat", "split", "stop_at_eos", "data_dir", "workers", "concurrent_trials")
-METRICS = ("accuracy", "mean_nfe", "tps", "canvas_tps", "speedup", "score")
+            "dtype", "chat", "split", "stop_at_eos", "data_dir", "workers", "concurrent_trials", "batch_size")
+METRICS = ("accuracy", "mean_nfe", "tps", "canvas_tps", "speedup", "throughput", "score")
 DEFAULT_MODE = {"accuracy": "max", "mean_nfe": "min", "tps": "max", "canvas_tps": "max", "speedup": "max",
-                "score": "max"}
-WEIGHT_KEYS = ("accuracy", "mean_nfe", "tps", "speedup")
+                "throughput": "max", "score": "max"}
+WEIGHT_KEYS = ("accuracy", "mean_nfe", "tps", "speedup", "throughput")
+BATCH1_METRICS = ("tps", "canvas_tps", "speedup")  # latency figures: measured on samples decoded alone only
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +62,7 @@ class SweepSpec(DecodeSettings):
     workers: WorkerSpec
     concurrent_trials: int | None = None  # None: one per worker
     description: str = ""
+    batch_size: int = 1  # samples of a cell per engine call (timing only: not part of the cell ids)
 
     def cells_for(self, decoder: str, params: dict[str, Any]) -> tuple[Cell, ...]:
         """One cell per task for `decoder` with every hyperparameter in `params` (public names)."""
@@ -74,15 +77,24 @@ class SweepSpec(DecodeSettings):
 
     def grid_spec(self, cells: tuple[Cell, ...]) -> GridSpec:
         """`cells` as a grid spec, so the grid's summaries (and their speedup rules) apply unchanged."""
-        return GridSpec(self.path, self.experiment, cells, self.data_dir, self.workers, self.description)
+        return GridSpec(self.path, self.experiment, cells, self.data_dir, self.workers, self.description,
+                        self.batch_size)
 
     def trial_count(self) -> int:
         return self.space.grid_size() * self.num_samples if self.search == "grid" else self.num_samples
 
     def with_overrides(self, *, experiment: str | None = None, limit: int | None = None,
-                       trials: int | None = None, data_dir: str | None = None) -> "SweepSpec":
-        """The command line's --experiment, --limit (per task), --trials and --data-dir."""
+                       trials: int | None = None, data_dir: str | None = None,
+                       batch_size: int | None = None) -> "SweepSpec":
+        """The command line's --experiment, --limit (per task), --trials, --data-dir and --batch-size."""
         out = self
+        if batch_size is not None:
+            from ..platform.spec import check_batch_size
+
+            out = replace(out, batch_size=check_batch_size(batch_size, "--batch-size"))
+            problem = batch_metric_problem(out.batch_size, out.metric, out.weights)
+            if problem:
+                raise RippleError(f"--batch-size {batch_size}: {problem}")
         if experiment is not None:
             out = replace(out, experiment=check_name("experiment", experiment))
         if limit is not None:
@@ -106,7 +118,20 @@ class SweepSpec(DecodeSettings):
         fixed = ", ".join(f"{k}={v}" for k, v in self.space.fixed)
         return (f"sweep {self.experiment}: {self.decoder} on {self.model}, tasks {tasks}; {self.search} search, "
                 f"{self.trial_count()} trials over {dims}" + (f"; fixed {fixed}" if fixed else "")
-                + f"; {self.metric} ({self.mode})" + ("; with default baseline" if self.baseline else ""))
+                + f"; {self.metric} ({self.mode})" + ("; with default baseline" if self.baseline else "")
+                + (f"; batch size {self.batch_size}" if self.batch_size > 1 else ""))
+
+
+def batch_metric_problem(batch_size: int, metric: str, weights: tuple[tuple[str, float], ...]) -> str | None:
+    """Why a sweep at `batch_size` cannot rank by `metric` (None if it can): TPS and speedup are
+    measured on samples decoded alone, so a batched sweep has none; it ranks by throughput."""
+    if batch_size == 1:
+        return None
+    used = [metric] if metric in BATCH1_METRICS else [k for k, _ in weights if k in BATCH1_METRICS]
+    if not used:
+        return None
+    return (f"metric {used[0]!r} is measured at batch 1, and a sweep at batch_size {batch_size} decodes no sample "
+            f"alone; use 'throughput' (generated tokens per second across batches) or batch_size 1")
 
 
 def shipped_sweep_specs() -> list[str]:
@@ -194,13 +219,18 @@ class _SweepParser(_Parser):
         concurrent = raw.get("concurrent_trials")
         if concurrent is not None:
             concurrent = self.positive_ints(concurrent, "concurrent_trials")[0]
+        batch_size = self.batch_size(raw.get("batch_size", 1))
+        problem = batch_metric_problem(batch_size, metric, weights)
+        if problem:
+            raise self.fail(problem)
         return SweepSpec(
             path=self.where, experiment=experiment, model=model, tasks=tasks, decoder=decoder, space=space,
             search=search, num_samples=num_samples, metric=metric, mode=mode, weights=weights, baseline=baseline,
             gen_length=gen[0], block_length=block[0], cache=cache, seed=seed[0], dtype=dtype,
             chat=self.flag(raw.get("chat", False), "chat"), split=split,
             stop_at_eos=self.flag(raw.get("stop_at_eos", False), "stop_at_eos"), data_dir=data_dir,
-            workers=self.workers(raw.get("workers", {})), concurrent_trials=concurrent, description=description)
+            workers=self.workers(raw.get("workers", {})), concurrent_trials=concurrent, description=description,
+            batch_size=batch_size)
 
     def weights(self, value: Any, metric: str) -> tuple[tuple[str, float], ...]:
         if value is None:

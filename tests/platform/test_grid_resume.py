@@ -1,5 +1,6 @@
 """Resume and fault tolerance, with real processes: a driver SIGKILLed at three points resumes
-without loss or recomputation; a worker process killed mid-grid is restarted and its samples
+without loss or recomputation, one sample at a time and in batches of 4 (throughput mode: a batch
+is stored whole or not at all); a worker process killed mid-grid is restarted and its samples
 retried, so the grid completes with every sample."""
 import os
 import signal
@@ -21,6 +22,7 @@ limit: {limit}
 decoders: [default]
 gen_lengths: [128]
 block_lengths: [32]
+batch_size: {batch}
 """
 
 
@@ -30,12 +32,14 @@ def _fingerprints(store: ResultStore) -> dict:
             for r in stored(store).iter_rows(named=True)}
 
 
-def test_driver_killed_three_times_resumes_without_loss_or_recompute(tmp_path):
-    spec = write_spec(tmp_path / "resume.yaml", SPEC.format(limit=6))
+# in batches of 4, 32 samples: enough batches that three kills (each after one more batch) land before the end
+@pytest.mark.parametrize("batch,limit", [(1, 6), (4, 16)])
+def test_driver_killed_three_times_resumes_without_loss_or_recompute(tmp_path, batch, limit):
+    spec = write_spec(tmp_path / "resume.yaml", SPEC.format(limit=limit, batch=batch))
     store_dir = tmp_path / "store"
     store = ResultStore(store_dir, "resume")
     args = (str(spec), "--store", str(store_dir))
-    total = 12
+    total = 2 * limit
     before_kills = []
     for _ in range(3):  # three different points of the grid: each run stores at least one more sample
         proc = start_grid(*args, "--no-tracking")
@@ -59,10 +63,16 @@ def test_driver_killed_three_times_resumes_without_loss_or_recompute(tmp_path):
         assert {k: after[k] for k in snapshot} == snapshot
     assert len({run for run, _, _ in after.values()}) == 4  # one run id per driver invocation
     assert final["error"].null_count() == total
+    assert set(final["batch_size"]) == {batch}
+    sizes = final.group_by("batch_id").len()["len"]
+    assert sizes.sum() == total and set(sizes) == {batch}  # every batch stored whole, once (16 = 4 x 4 per cell)
+    cells = out["results"]
+    assert len(cells) == 2 and all(c["batch_size"] == batch and c["throughput"] > 0 for c in cells)
+    assert all(("tps" in c) == (batch == 1) for c in cells)  # TPS is a batch-1 figure
 
 
 def test_killed_worker_process_is_restarted_and_the_grid_completes(tmp_path):
-    spec = write_spec(tmp_path / "fault.yaml", SPEC.format(limit=6).replace("experiment: resume",
+    spec = write_spec(tmp_path / "fault.yaml", SPEC.format(limit=6, batch=1).replace("experiment: resume",
                                                                             "experiment: fault"))
     store_dir = tmp_path / "store"
     store = ResultStore(store_dir, "fault")

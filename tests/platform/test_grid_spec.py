@@ -119,6 +119,9 @@ BAD = [
      "decoder 'klass': 'task_params.arith' takes a mapping of hyperparameters, got 0.6"),
     ("unknown choice", GOOD.replace("[default]", "[{name: eb_sampler, params: {order: entropie}}]"),
      "eb_sampler hyperparameter order='entropie' is invalid; accepted: one of entropy, confidence"),
+    ("zero batch size", GOOD + "batch_size: 0\n",
+     "'batch_size' must be a positive number of samples per engine call (1 = one at a time), got 0"),
+    ("batch size list", GOOD + "batch_size: [1, 8]\n", "'batch_size' must be a positive number of samples"),
 ]
 
 
@@ -163,3 +166,25 @@ def test_a_broken_local_checkpoint_fails_before_ray_starts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"checkpoint {tmp_path / 'ckpt'} has no config.json" in err
     assert not (tmp_path / "store").exists()
+
+
+def test_batch_size_is_a_spec_key_and_a_flag_but_no_part_of_any_cell_id(tmp_path, capsys):
+    base = {"models": ["ripple-tiny"], "tasks": ["arith"], "gen_lengths": [48], "block_lengths": [16],
+            "decoders": ["confidence", "rps"]}
+    one, eight = parse_spec(base, "t"), parse_spec({**base, "batch_size": 8}, "t")
+    assert (one.batch_size, eight.batch_size, one.with_batch_size(4).batch_size) == (1, 8, 4)
+    # batching changes timing, never tokens: a sample keeps its key, so a grid resumes across batch sizes
+    assert [c.cell_id for c in one.cells] == [c.cell_id for c in eight.cells]
+    assert one.cells[0].cell_id == "2291ee73f73b122c"
+    assert main(["grid", "demo", "--batch-size", "8", "--dry-run"]) == 0
+    assert "batch size: 8" in capsys.readouterr().out
+    store = tmp_path / "store"
+    for bad in ("0", "-2"):
+        assert main(["grid", "demo", "--batch-size", bad, "--store", str(store)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"ripple grid: error: --batch-size must be a positive number of samples per engine call "
+                       f"(1 = one at a time), got {bad}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["grid", "demo", "--batch-size", "x"])
+    assert exc.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+    assert not store.exists()

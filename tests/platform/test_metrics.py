@@ -64,3 +64,40 @@ def test_a_significant_accuracy_difference_is_flagged():
     m = summarize_cells(pl.concat([base, worse]), {"w": "b"})["w"]
     assert m.p_value == pytest.approx(2 * 0.5 ** 12) and m.significant
     assert set(m.metrics()) >= {"accuracy", "accuracy_lo", "accuracy_hi", "speedup", "p_value", "nfe_speedup_lo"}
+
+
+def batched(cell, sizes_and_seconds, tokens=20, nfe=10):
+    """A cell decoded in batches: [(rows, wall seconds)] -> records; every row also gets the batch's
+    time as its own decode time (rows of a batch finish together)."""
+    rows = []
+    for b, (n, seconds) in enumerate(sizes_and_seconds):
+        rows += [{"cell_id": cell, "sample_id": f"s{b}-{i}", "correct": True, "error": None, "nfe": nfe,
+                  "generated_tokens": tokens, "decode_seconds": seconds, "gen_length": 48, "batch_size": 4,
+                  "batch_id": f"{cell}-{b}", "batch_seconds": seconds} for i in range(n)]
+    return pl.DataFrame(rows, schema={"cell_id": pl.String, "sample_id": pl.String, "correct": pl.Boolean,
+                                      "error": pl.String, "nfe": pl.Int64, "generated_tokens": pl.Int64,
+                                      "decode_seconds": pl.Float64, "gen_length": pl.Int64, "batch_size": pl.Int64,
+                                      "batch_id": pl.String, "batch_seconds": pl.Float64})
+
+
+def test_throughput_divides_tokens_by_the_batches_wall_time_and_tps_stays_a_batch1_figure():
+    m = cell_metrics(batched("c", [(4, 2.0), (4, 2.0), (2, 1.0)]))  # a cell of 10: batches of 4, 4 and 2
+    assert (m.batch_size, m.batches, m.n, m.mean_nfe) == (4, 3, 10, 10)
+    assert m.throughput == pytest.approx(10 * 20 / 5.0)  # not 200 / (10 rows x their 2 s each)
+    assert m.tps is None and m.canvas_tps is None  # no sample was decoded alone: no latency figure
+    alone = cell_metrics(records("c", [True] * 4, tokens=20, seconds=0.5))  # records before batches: batch 1
+    assert (alone.batch_size, alone.batches) == (1, 4) and alone.throughput == alone.tps == pytest.approx(40.0)
+
+
+def test_speedup_compares_batch1_samples_only():
+    alone = {"batch_size": 1, "batch_id": None, "batch_seconds": None}
+    base = records("b", [True] * 4, tokens=20, seconds=2.0).with_columns(
+        pl.lit(v, dtype=t).alias(k) for (k, v), t in zip(alone.items(), (pl.Int64, pl.String, pl.Float64)))
+    fast = records("f", [True] * 2, tokens=20, seconds=0.5).with_columns(
+        pl.lit(v, dtype=t).alias(k) for (k, v), t in zip(alone.items(), (pl.Int64, pl.String, pl.Float64)))
+    fast_batched = batched("f", [(2, 0.1)]).with_columns(pl.Series("sample_id", ["s2", "s3"]))  # 2 rows in 0.1 s
+    out = summarize_cells(pl.concat([base, fast, fast_batched]), {"b": "b", "f": "b"})["f"]
+    assert out.tps == pytest.approx(40 / 1.0) and out.speedup == pytest.approx(4.0)  # the two batch-1 samples
+    assert (out.speedup_lo, out.speedup_hi) == pytest.approx((4.0, 4.0))  # paired over batch-1 pairs only
+    assert out.n == 4 and out.shared == 4 and out.nfe_speedup == pytest.approx(1.0)  # accuracy, NFE: every sample
+    assert out.batch_size == 4 and out.throughput == pytest.approx(40 / 0.1)

@@ -72,3 +72,20 @@ def test_bad_names_and_corrupt_parts_are_clear_errors(tmp_path):
     (store.dir / "part-zzz.parquet").write_bytes(b"not parquet")
     with pytest.raises(RippleError, match="unreadable part file"):
         store.read()
+
+
+def test_a_store_written_before_batches_reads_as_batch_1_and_compacts_with_new_parts(tmp_path):
+    store = ResultStore(tmp_path, "exp")
+    store.dir.mkdir(parents=True)
+    from ripple.platform.store import to_frame
+
+    old = to_frame([rec(sample="old1"), rec(sample="old2")]).drop("batch_size", "batch_id", "batch_seconds")
+    old.write_parquet(store.dir / "part-old-0000001.parquet")  # the schema before throughput mode
+    store.append([rec(sample="new", batch_size=4, batch_id="b1", batch_seconds=2.0)])
+    frame = store.read()
+    assert frame.schema == pl.Schema(SCHEMA)
+    assert dict(zip(frame["sample_id"], frame["batch_size"])) == {"old1": 1, "old2": 1, "new": 4}
+    assert frame.filter(pl.col("sample_id") == "old1")["batch_seconds"].item() is None
+    store.compact()  # old and new part files merge into one file of the current schema
+    assert len(store.files()) == 1 and store.read().equals(frame)
+    assert set(pl.read_parquet(store.files()[0]).columns) == set(SCHEMA)

@@ -2,6 +2,7 @@
 import pytest
 
 from ripple.cli import main
+from ripple.errors import RippleError
 from ripple.platform.spec import parse_spec
 from ripple.sweeps.spec import SPECS_DIR, load_sweep_spec, parse_sweep_spec, shipped_sweep_specs
 
@@ -39,6 +40,21 @@ def test_overrides_from_the_command_line():
     spec = parse_sweep_spec({**BASE, "search": "random", "num_samples": 5}, "t.yaml")
     out = spec.with_overrides(experiment="x1", limit=2, trials=3)
     assert (out.experiment, out.tasks, out.num_samples) == ("x1", (("arith", 2),), 3)
+
+
+def test_batch_size_keeps_cell_ids_and_needs_a_metric_it_measures():
+    one = parse_sweep_spec({**BASE, "metric": "throughput"}, "t.yaml")
+    eight = one.with_overrides(batch_size=8)
+    assert (one.batch_size, eight.batch_size, eight.grid_spec(()).batch_size) == (1, 8, 8)
+    assert [c.cell_id for c in one.baseline_cells()] == [c.cell_id for c in eight.baseline_cells()]
+    assert "batch size 8" in eight.describe()
+    with pytest.raises(RippleError, match="metric 'tps' is measured at batch 1, and a sweep at batch_size 8"):
+        parse_sweep_spec({**BASE, "metric": "tps", "batch_size": 8}, "t.yaml")
+    with pytest.raises(RippleError, match="--batch-size 4: metric 'speedup' is measured at batch 1"):
+        parse_sweep_spec({**BASE, "metric": "score", "weights": {"accuracy": 1, "speedup": 1}}, "t.yaml"
+                         ).with_overrides(batch_size=4)
+    with pytest.raises(RippleError, match="--batch-size must be a positive number"):
+        one.with_overrides(batch_size=0)
 
 
 @pytest.mark.parametrize("text, message", [

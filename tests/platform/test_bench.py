@@ -1,0 +1,57 @@
+"""`python -m ripple.platform.bench --preset`: the GPU-readiness report runs end to end on the tiny preset
+(CPU), measures what the issue lists, and keeps to its time budget. Timings are not asserted."""
+import json
+
+import pytest
+
+from ripple.platform.bench import main
+from ripple.platform.bench_models import LLADA_8B, PRESETS, get_preset
+from ripple.platform.bench_preset import run_preset
+from ripple.platform.models.llada import LLADA
+
+
+def test_the_llada_8b_preset_has_the_real_models_shapes():
+    cfg = LLADA.to_config(PRESETS["llada-8b"].config)
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.mlp_hidden, cfg.vocab_size) == \
+        (4096, 32, 32, 32, 12288, 126464)
+    assert (cfg.rope_theta, cfg.norm_eps, LLADA_8B["mask_token_id"]) == (500000.0, 1e-5, 126336)
+    params = 2 * cfg.vocab_size * cfg.d_model + cfg.n_layers * (4 * cfg.d_model ** 2 + 3 * cfg.d_model * cfg.mlp_hidden)
+    assert 8.0e9 < params < 8.1e9  # LLaDA-8B: 8.02 B parameters
+    p = PRESETS["llada-8b"]
+    assert (p.gen_length, p.block_length) == (256, 32)
+
+
+@pytest.mark.slow
+def test_tiny_preset_reports_forwards_lookaheads_and_decodes(capsys):
+    assert main(["--preset", "tiny", "--device", "cpu", "--reps", "1", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["preset"], r["gen_length"], r["block_length"]) == ("tiny", 64, 32)
+    assert [f["cache"] for f in r["forwards"]] == ["none", "prefix", "dual"]
+    assert [f["tokens_fed"] for f in r["forwards"]] == [16 + 64, 64, 32]  # canvas, block start to end, block
+    for f in r["forwards"]:
+        assert set(f["forward_ms"]) == {"1", "8"} and set(f["lookahead_ms"]) == set(f["ratio"]) == {"2", "4", "10"}
+        assert all(v > 0 for v in [*f["forward_ms"].values(), *f["lookahead_ms"].values()])
+    grid = {(d["cache"], d["decoder"], d["batch"]) for d in r["decodes"]}
+    assert grid == {(c, d, b) for c in ("none", "prefix", "dual") for d in ("default", "confidence", "rps")
+                    for b in (1, 8)}
+    assert all(d["skipped"] is None and d["tps"] > 0 for d in r["decodes"])
+    # random weights are never confident: every decoder commits one token per step
+    assert {d["nfe"] for d in r["decodes"]} == {64.0}
+
+
+def test_a_decode_that_would_overrun_the_budget_is_reported_as_skipped():
+    r = run_preset(get_preset("tiny"), "cpu", "float32", reps=1, ks=(2,), caches=("dual",), decoders=("default",),
+                   budget_s=0.0)
+    assert [(d.batch, d.tps) for d in r.decodes] == [(1, None), (8, None)]
+    assert all(d.skipped.startswith("estimated ") for d in r.decodes)
+    assert "skipped: estimated" in r.format()
+
+
+def test_bad_bench_input_is_one_line_exit_2(capsys):
+    for argv, message in ((["--preset", "huge"], "unknown preset 'huge'; accepted: llada-8b, cpu, tiny"),
+                          (["--batch-equivalence", "--batch-size", "0"], "--batch-size must be a positive number"),
+                          (["--batch-equivalence", "--decoders", "rsp"], "unknown decoder 'rsp'"),
+                          (["--batch-sizes", "1,x"], "--batch-sizes takes comma-separated positive integers")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
