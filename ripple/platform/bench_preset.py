@@ -20,7 +20,7 @@ import torch
 
 from ..decoders import build
 from .bench_models import Preset, parameter_count, random_engine
-from .engine import Engine, GenerationConfig
+from .engine import Engine, GenerationConfig, synchronize
 
 CACHES = ("none", "prefix", "dual")
 KS = (2, 4, 10)
@@ -103,12 +103,6 @@ class PresetReport:
             lines.append(f"{d.cache:<8}{d.decoder:<12}{d.batch:>6}{d.nfe:>9.1f}{d.seconds:>9.2f}{d.tps:>10.1f}{vs:>12}")
         lines.append(f"whole run {self.seconds:.0f} s (budget {self.budget_s:.0f} s)")
         return "\n".join(lines)
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work, so a clock read after it sees the work done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _count(n: int) -> str:

@@ -109,7 +109,8 @@ def padding_mask(pad: torch.Tensor) -> torch.Tensor:
     return (~pad)[:, None, None, :] | pad[:, None, :, None]
 
 
-def _sync(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so a clock read after it sees the work done."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -278,14 +279,14 @@ class _Run:
     def execute(self) -> list[SampleOutput]:
         e, cfg = self.e, self.cfg
         L = cfg.block_length
-        _sync(e.device)
+        synchronize(e.device)
         t0 = time.perf_counter()
         for blk in range(cfg.gen_length // L):
             rows = [r for r in range(self.B) if not self.stopped[r]]
             if not rows:
                 break
             self._decode_block(blk, rows)
-            _sync(e.device)
+            synchronize(e.device)
             now = time.perf_counter()
             be = self.P + (blk + 1) * L
             for r in rows:

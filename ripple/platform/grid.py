@@ -26,7 +26,7 @@ import polars as pl
 
 from ..errors import RippleError
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
-from .metrics import BASELINE_DECODER, CellMetrics, summarize_cells
+from .metrics import BASELINE_DECODER, CellSummary, summarize_cells
 from .store import KEY, ResultStore, SampleRecord
 from .workers import WorkItem
 
@@ -43,27 +43,6 @@ def default_store() -> Path:
     if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):  # set by Ray's job supervisor for the entrypoint
         return Path.home() / "ripple-results"
     return Path("results")
-
-
-@dataclass(frozen=True)
-class CellSummary:
-    """A cell and its metrics (`metrics.py`: errors excluded and counted, intervals, the comparison
-    with the Default cell of the same model, task, lengths and cache when the grid has one)."""
-
-    cell: Cell
-    stats: CellMetrics
-
-    @property
-    def cell_id(self) -> str:
-        return self.cell.cell_id
-
-    def __getattr__(self, name: str):  # n, accuracy, tps, speedup, ...: the metrics' fields
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.stats, name)
-
-    def metrics(self) -> dict[str, float]:
-        return self.stats.metrics()
 
 
 @dataclass

@@ -18,10 +18,13 @@ Statistics come from scipy.stats, not hand-written formulas.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 import polars as pl
+
+if TYPE_CHECKING:
+    from .spec import Cell
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000  # paired-bootstrap resamples per interval
@@ -82,6 +85,27 @@ class CellMetrics:
 
     def nfe_speedup_text(self) -> str:
         return _ratio_text(self.nfe_speedup, self.nfe_speedup_lo, self.nfe_speedup_hi)
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    """A cell and its metrics (`metrics.py`: errors excluded and counted, intervals, the comparison
+    with the Default cell of the same model, task, lengths and cache when the grid has one)."""
+
+    cell: "Cell"
+    stats: CellMetrics
+
+    @property
+    def cell_id(self) -> str:
+        return self.cell.cell_id
+
+    def __getattr__(self, name: str):  # n, accuracy, tps, speedup, ...: the metrics' fields
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.stats, name)
+
+    def metrics(self) -> dict[str, float]:
+        return self.stats.metrics()
 
 
 def _ratio_text(v: float | None, lo: float | None, hi: float | None) -> str:

@@ -224,10 +224,10 @@ def load_spec(spec: str) -> GridSpec:
 
 def parse_spec(raw: Any, where: str, default_experiment: str = "grid") -> GridSpec:
     """Validate a loaded YAML document; every error is one line prefixed by `where`."""
-    return _Parser(where).spec(raw, default_experiment)
+    return SpecParser(where).spec(raw, default_experiment)
 
 
-class _Parser:
+class SpecParser:
     def __init__(self, where: str):
         self.where = where
 

@@ -21,7 +21,7 @@ import polars as pl
 from ..errors import RippleError
 
 if TYPE_CHECKING:
-    from .grid import CellSummary
+    from .metrics import CellSummary
 
 CELL_TAG = "ripple_cell_id"
 EXPERIMENT_KIND_TAG, MODEL_DEVELOPMENT = "mlflow.experimentKind", "custom_model_development"

@@ -27,7 +27,7 @@ from typing import Any
 
 
 from ..errors import RippleError
-from ..platform.spec import Cell, GridSpec, WorkerSpec, _Parser, read_yaml_spec, shipped_names
+from ..platform.spec import Cell, GridSpec, WorkerSpec, SpecParser, read_yaml_spec, shipped_names
 from ..platform.store import DecodeSettings, check_name
 from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
 
@@ -149,7 +149,7 @@ def parse_sweep_spec(raw: Any, where: str, default_experiment: str = "sweep") ->
     return _SweepParser(where).sweep(raw, default_experiment)
 
 
-class _SweepParser(_Parser):
+class _SweepParser(SpecParser):
     """The grid spec's checks (model, tasks, caches, lengths, workers), with sweep wording."""
 
     def fail(self, message: str) -> RippleError:
