@@ -148,9 +148,9 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .decoders import build
-    from .platform.engine import Engine, GenerationConfig
-    from .platform.evaluate import completion_text
-    from .platform.loading import config_mask_id, load_model
+    from .platform.runtime.engine import Engine, GenerationConfig
+    from .platform.experiments.evaluate import completion_text
+    from .platform.runtime.loading import config_mask_id, load_model
 
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos)
@@ -197,9 +197,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from .decoders import build
-    from .platform.engine import GenerationConfig
-    from .platform.evaluate import evaluate_cell
-    from .platform.loading import load_model
+    from .platform.runtime.engine import GenerationConfig
+    from .platform.experiments.evaluate import evaluate_cell
+    from .platform.runtime.loading import load_model
     from .tasks import get_task
 
     if args.samples_out:
@@ -271,7 +271,7 @@ def cmd_tasks_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_train_tiny(args: argparse.Namespace) -> int:
-    from .platform.tiny.train import PRESETS, train
+    from .platform.training.train import PRESETS, train
 
     if args.preset not in PRESETS:
         raise RippleError(f"unknown preset {args.preset!r}; accepted: {', '.join(PRESETS)}")
@@ -302,13 +302,13 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .platform.demo import run_demo
+    from .platform.experiments.demo import run_demo
 
     return run_demo(args.model, limit=args.limit, cache=args.cache)
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from .platform.grid import default_store, format_table, load_spec, run_grid, summary_json
+    from .platform.experiments.grid import default_store, format_table, load_spec, run_grid, summary_json
 
     spec = load_spec(args.spec).with_limit(args.limit).with_data_dir(args.data_dir).with_batch_size(args.batch_size)
     if args.workers is not None and args.workers < 1:
@@ -324,7 +324,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .platform.grid import default_store
+    from .platform.experiments.grid import default_store
     from .sweeps.run import format_table, run_sweep, summary_json
     from .sweeps.spec import load_sweep_spec
 
@@ -346,8 +346,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     import os
 
-    from .platform.grid import default_store
-    from .platform.tracking import ui_command, ui_url
+    from .platform.experiments.grid import default_store
+    from .platform.experiments.tracking import ui_command, ui_url
 
     cmd, env = ui_command(args.store or default_store(), args.tracking_uri, args.port)
     print(f"MLflow UI on {ui_url(args.port)} ({cmd[cmd.index('--backend-store-uri') + 1]}); Ctrl-C stops it",
@@ -357,7 +357,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .dashboards.report import build_report
-    from .platform.grid import default_store
+    from .platform.experiments.grid import default_store
 
     if args.out:
         writable_dir(args.out, "--out")

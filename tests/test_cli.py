@@ -86,7 +86,7 @@ def no_work(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("work started before the bad path was refused")
 
-    for target in ("ripple.platform.loading.load_model", "ripple.platform.grid.run_grid",
+    for target in ("ripple.platform.runtime.loading.load_model", "ripple.platform.experiments.grid.run_grid",
                    "ripple.sweeps.run.run_sweep", "ripple.dashboards.report.build_report"):
         monkeypatch.setattr(target, forbidden)
 
@@ -127,7 +127,7 @@ def test_a_writable_store_that_does_not_exist_yet_is_accepted(tmp_path, monkeypa
     def run_grid(spec, store, **kwargs):
         raise RippleError(f"run_grid reached with {store}")
 
-    monkeypatch.setattr("ripple.platform.grid.run_grid", run_grid)
+    monkeypatch.setattr("ripple.platform.experiments.grid.run_grid", run_grid)
     store = tmp_path / "new" / "store"
     _refused(["grid", "demo", "--store", str(store), "--no-tracking"], capsys, f"run_grid reached with {store}")
     assert not (tmp_path / "new").exists()  # checked, not created

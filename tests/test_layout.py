@@ -99,3 +99,11 @@ def test_no_module_imports_another_modules_underscore_names():
     offenders = [(m, t, n) for m, deps in GRAPH.items() for t, n in deps
                  if n and n.startswith("_") and not n.startswith("__")]
     assert offenders == []
+
+
+def test_the_runtime_depends_on_neither_the_experiment_system_nor_training():
+    for module, deps in GRAPH.items():
+        if module.startswith("ripple.platform.runtime"):
+            assert not [t for t, _ in deps if t.startswith(("ripple.platform.experiments", "ripple.platform.training"))]
+        if module.startswith("ripple.platform.training"):
+            assert not [t for t, _ in deps if t.startswith("ripple.platform.experiments")]

@@ -351,8 +351,8 @@ def run_analysis(model: str, task_name: str, *, limit: int = 20, out_dir: str | 
     from ..progress import progress as progress_bar
 
     from ..decoders import build
-    from ..platform.engine import Engine, GenerationConfig
-    from ..platform.loading import load_model
+    from ..platform.runtime.engine import Engine, GenerationConfig
+    from ..platform.runtime.loading import load_model
     from ..tasks import get_task
     from ..tasks.prompting import encode_prompt
 

@@ -1,7 +1,7 @@
 """`ripple report EXPERIMENT`: the paper's tables and plots from the result store, as a folder.
 
 Every number is recomputed from the stored sample records by the metrics module
-(`ripple/platform/metrics.py`, the one every surface calls), never copied from MLflow, so
+(`ripple/platform/experiments/metrics.py`, the one every surface calls), never copied from MLflow, so
 a report always agrees with the store it names (DESIGN.md 2): accuracy with its 95 %
 Wilson interval, mean NFE, TPS, speedup and NFE speedup against the `default` cell with
 the same model, task and decode settings (`Cell.baseline_key`) with paired-bootstrap
@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.store import DecodeSettings, ResultStore, check_name
+from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 
 SETTING = ("model", "task", "decoder", "params", "gen_length", "block_length", "cache", "seed", "dtype", "chat",
@@ -68,9 +68,9 @@ def stored_experiments(root: Path) -> list[str]:
 def summarize_cells(records: pl.DataFrame) -> pl.DataFrame:
     """One row per cell: its settings, label and the metrics module's numbers (intervals and the
     paired comparison with its Default cell included), in table order."""
-    from ..platform.metrics import BASELINE_DECODER, CellMetrics
-    from ..platform.metrics import summarize_cells as cell_stats
-    from ..platform.spec import Cell
+    from ..platform.experiments.metrics import BASELINE_DECODER, CellMetrics
+    from ..platform.experiments.metrics import summarize_cells as cell_stats
+    from ..platform.experiments.spec import Cell
 
     firsts = records.sort("cell_id", "sample_id").unique(subset="cell_id", keep="first", maintain_order=True)
     cells = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
@@ -517,7 +517,7 @@ def _slug(text: str) -> str:
 
 
 def _open_tracker(experiment: str, store_dir: str | Path, uri: str | None):
-    from ..platform.tracking import Tracker
+    from ..platform.experiments.tracking import Tracker
 
     return Tracker.open(experiment, Path(store_dir).expanduser(), uri)
 

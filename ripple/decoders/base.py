@@ -13,7 +13,7 @@ also gets the next block's distributions from every forward as `BlockState.beyon
 others' forwards compute the block's rows only.
 
 For shifted-logit families (Dream) the engine commits the block's first position at the
-block opening (ripple/platform/engine.py); such positions are marked in `BlockState.fixed`
+block opening (ripple/platform/runtime/engine.py); such positions are marked in `BlockState.fixed`
 and are never remasked.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Plan:
     variants: torch.Tensor | None = None  # [m, L] block contents to evaluate by packed lookahead
     # also evaluate the shadow in the forward that follows this step: an all-mask copy of the
     # block window with the block's position ids whose row predicting block position j cannot
-    # see the canvas token at j (ripple/platform/engine.py); its logits arrive as `BlockState.shadow`
+    # see the canvas token at j (ripple/platform/runtime/engine.py); its logits arrive as `BlockState.shadow`
     shadow: bool = False
     # what `resolve` needs from `step` (e.g. RPS's pivot, LoPA's branch positions): the decoder's own
     # frozen dataclass, opaque to the engine; `info` is only for the decode trace

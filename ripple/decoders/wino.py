@@ -3,7 +3,7 @@
 Wide in: draft every masked block position whose top-1 probability exceeds a permissive
 tau1 (at least the most confident one, at most min(max(0.7 * masked, 5), 20) of the most
 confident, the official code's cap). Narrow out: every step's forward also evaluates the
-block's shadow (see `ripple/platform/engine.py`): an all-mask copy of the block appended
+block's shadow (see `ripple/platform/runtime/engine.py`): an all-mask copy of the block appended
 with the block's position ids, in which the row predicting position j sees the whole
 context except the token at j. Its probability of j's current token is j's verification;
 tokens decoded before this step whose verification is < tau2 are set back to the mask id,

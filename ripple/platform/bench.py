@@ -25,8 +25,8 @@ import time
 import torch
 
 from ..errors import RippleError
-from .bench_models import PRESETS, get_preset, random_engine
-from .bench_preset import median_ms
+from .runtime.bench_models import PRESETS, get_preset, random_engine
+from .runtime.bench_preset import median_ms
 
 
 def machine() -> str:
@@ -87,9 +87,9 @@ def grid_overhead(limit: int = 5) -> dict:
     import tempfile
     from dataclasses import replace
 
-    from .demo import demo_spec
-    from .grid import plan, run_grid
-    from .workers import SampleWorker
+    from .experiments.demo import demo_spec
+    from .experiments.grid import plan, run_grid
+    from .experiments.workers import SampleWorker
 
     spec = demo_spec(limit=limit)
     cores = os.cpu_count() or 1
@@ -195,13 +195,13 @@ def main(argv=None) -> int:
 
 def _main(args) -> int:
     from ..decoders import CACHE_POLICIES, names
-    from .spec import check_batch_size
+    from .experiments.spec import check_batch_size
 
     if args.reps is not None and args.reps < 1:
         raise RippleError(f"--reps must be positive, got {args.reps}")
     if args.batch_equivalence:
         from ..tasks import task_names
-        from .equivalence import check
+        from .experiments.equivalence import check
 
         check_batch_size(args.batch_size, "--batch-size")
         if args.limit < 1:
@@ -212,7 +212,7 @@ def _main(args) -> int:
         print(json.dumps(report.to_dict()) if args.json else report.format())
         return 1 if report.unexplained else 0
     if args.preset is not None:
-        from .bench_preset import run_preset
+        from .runtime.bench_preset import run_preset
 
         preset = get_preset(args.preset)
         if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -228,7 +228,7 @@ def _main(args) -> int:
     g = None if args.no_grid else grid_overhead(args.grid_limit)
     b = None
     if not args.no_batches:
-        from .bench_batches import run_batch_bench
+        from .experiments.bench_batches import run_batch_bench
 
         b = run_batch_bench(args.batch_limit, sizes, args.model, progress=not args.json)
     if args.json:

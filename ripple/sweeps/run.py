@@ -30,11 +30,11 @@ from typing import Any
 from ..errors import RippleError
 import polars as pl
 
-from ..platform.grid import INTERVALS_NOTE, WorkerPool, connect_ray, planned_rows, pool_shape, root_cause, stream_items
-from ..platform.metrics import CellMetrics, cell_metrics, self_baseline
-from ..platform.spec import Cell
-from ..platform.store import ResultStore, dumps
-from ..platform.workers import WorkItem
+from ..platform.experiments.grid import INTERVALS_NOTE, WorkerPool, connect_ray, planned_rows, pool_shape, root_cause, stream_items
+from ..platform.experiments.metrics import CellMetrics, cell_metrics, self_baseline
+from ..platform.experiments.spec import Cell
+from ..platform.experiments.store import ResultStore, dumps
+from ..platform.experiments.workers import WorkItem
 from .spec import SweepSpec
 
 PARENT_TAG = "ripple_sweep"  # on the parent run: the sweep's invocation id
@@ -175,7 +175,7 @@ def run_sweep(spec: SweepSpec, store_dir: str | os.PathLike, *, tracking_uri: st
     run = SweepRun(spec, store, uuid.uuid4().hex[:12])
     tracker = None
     if track:  # a bad tracking URI fails before Ray starts
-        from ..platform.tracking import Tracker
+        from ..platform.experiments.tracking import Tracker
 
         tracker = Tracker.open(spec.experiment, store.root, tracking_uri)
     examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit in spec.tasks}

@@ -27,8 +27,8 @@ from typing import Any
 
 
 from ..errors import RippleError
-from ..platform.spec import Cell, GridSpec, WorkerSpec, SpecParser, read_yaml_spec, shipped_names
-from ..platform.store import DecodeSettings, check_name
+from ..platform.experiments.spec import Cell, GridSpec, WorkerSpec, SpecParser, read_yaml_spec, shipped_names
+from ..platform.experiments.store import DecodeSettings, check_name
 from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -89,7 +89,7 @@ class SweepSpec(DecodeSettings):
         """The command line's --experiment, --limit (per task), --trials, --data-dir and --batch-size."""
         out = self
         if batch_size is not None:
-            from ..platform.spec import check_batch_size
+            from ..platform.experiments.spec import check_batch_size
 
             out = replace(out, batch_size=check_batch_size(batch_size, "--batch-size"))
             problem = batch_metric_problem(out.batch_size, out.metric, out.weights)
@@ -209,7 +209,7 @@ class _SweepParser(SpecParser):
         if len(seed) != 1:
             raise self.fail("a sweep takes one 'seed'")
         dtype = raw.get("dtype", "auto")
-        from ..platform.spec import DTYPES
+        from ..platform.experiments.spec import DTYPES
 
         if dtype not in DTYPES:
             raise self.fail(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")

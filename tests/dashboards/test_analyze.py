@@ -13,7 +13,7 @@ from ripple.cli import main
 from ripple.dashboards.analyze import (RipplePoint, analyze_example, block_entropy, measure_state, rank_bucket,
                                        summarize, terciles)
 from ripple.decoders.base import entropy
-from ripple.platform.engine import Engine
+from ripple.platform.runtime.engine import Engine
 from tests.scripted import ScriptedModel, spread
 
 V, MASK, EOS = 8, 7, 6

@@ -12,7 +12,7 @@ from PIL import Image
 from ripple.cli import main
 from ripple.dashboards.report import build_report
 from ripple.decoders import get
-from ripple.platform.store import ResultStore, SampleRecord
+from ripple.platform.experiments.store import ResultStore, SampleRecord
 
 EXP = "exp"
 
@@ -212,7 +212,7 @@ def test_html_is_self_contained(report):
 def test_report_cli_logs_to_mlflow_once(store, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from ripple.platform.tracking import CELL_TAG, Tracker
+    from ripple.platform.experiments.tracking import CELL_TAG, Tracker
 
     root, final = store
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from ripple.platform.tracking import ui_url
+from ripple.platform.experiments.tracking import ui_url
 from tests.platform.gridtools import run_grid
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

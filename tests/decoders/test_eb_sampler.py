@@ -8,7 +8,7 @@ import torch
 from ripple.cli import main
 from ripple.decoders import build
 from ripple.decoders.base import entropy
-from ripple.platform.engine import Engine, GenerationConfig
+from ripple.platform.runtime.engine import Engine, GenerationConfig
 from tests.scripted import ScriptedModel, peaked, spread
 
 V, MASK = 40, 39

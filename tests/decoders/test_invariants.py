@@ -4,7 +4,7 @@ import torch
 
 from ripple.decoders import build, names
 from ripple.decoders.confidence import Confidence
-from ripple.platform.engine import Engine, GenerationConfig
+from ripple.platform.runtime.engine import Engine, GenerationConfig
 from tests.scripted import ScriptedModel, hashed_script
 
 V, MASK, EOS = 40, 39, 1
@@ -235,7 +235,7 @@ TINY_DECODERS = DECODERS + [("eb_sampler", {"gamma": "2.5", "order": "confidence
 
 @pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny"])
 def tiny(request, golden):
-    from ripple.platform.loading import load_model
+    from ripple.platform.runtime.loading import load_model
 
     return load_model(str(golden / request.param), "float32", "cpu")
 

@@ -3,7 +3,7 @@ kappa for H steps, and otherwise falls back to the single most confident positio
 import pytest
 
 from ripple.decoders import build
-from ripple.platform.engine import Engine, GenerationConfig
+from ripple.platform.runtime.engine import Engine, GenerationConfig
 from tests.scripted import ScriptedModel, peaked, view
 
 V, MASK, L = 40, 39, 6

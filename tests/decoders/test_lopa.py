@@ -3,7 +3,7 @@ still-masked positions and reuses that branch's logits: one packed forward per s
 import pytest
 
 from ripple.decoders import build
-from ripple.platform.engine import Engine, GenerationConfig
+from ripple.platform.runtime.engine import Engine, GenerationConfig
 from tests.scripted import ScriptedModel, peaked, spread, view
 
 V, MASK, L = 40, 39, 4

@@ -8,7 +8,7 @@ from ripple.decoders import build
 from ripple.decoders.base import BlockState, Lookahead
 from ripple.decoders.rps import entropy
 from ripple.errors import RippleError
-from ripple.platform.engine import Engine, GenerationConfig
+from ripple.platform.runtime.engine import Engine, GenerationConfig
 from tests.scripted import ScriptedModel, hashed_script
 
 V, MASK = 40, 39

@@ -4,8 +4,8 @@ import math
 import torch
 
 from ripple.decoders.rps import RPS, RPSParams, entropy
-from ripple.platform.engine import Engine, GenerationConfig
-from ripple.platform.loading import load_model
+from ripple.platform.runtime.engine import Engine, GenerationConfig
+from ripple.platform.runtime.loading import load_model
 from ripple.tasks import get_task
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from .gridtools import RAY_ENV
+from tests.platform.gridtools import RAY_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ripple.errors import RippleError
-from ripple.platform.store import ResultStore
+from ripple.platform.experiments.store import ResultStore
 
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from ripple.platform.bench import main
-from ripple.platform.bench_models import LLADA_8B, PRESETS, get_preset
-from ripple.platform.bench_preset import run_preset
-from ripple.platform.models.llada import LLADA
+from ripple.platform.runtime.bench_models import LLADA_8B, PRESETS, get_preset
+from ripple.platform.runtime.bench_preset import run_preset
+from ripple.platform.runtime.models.llada import LLADA
 
 
 def test_the_llada_8b_preset_has_the_real_models_shapes():

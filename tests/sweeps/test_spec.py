@@ -3,7 +3,7 @@ import pytest
 
 from ripple.cli import main
 from ripple.errors import RippleError
-from ripple.platform.spec import parse_spec
+from ripple.platform.experiments.spec import parse_spec
 from ripple.sweeps.spec import SPECS_DIR, load_sweep_spec, parse_sweep_spec, shipped_sweep_specs
 
 BASE = {"model": "ripple-tiny", "tasks": {"arith": {"limit": 3}}, "decoder": "rps", "gen_length": 48,

@@ -11,7 +11,7 @@ import pytest
 
 from ripple.cli import main
 from ripple.dashboards.pareto import ACCURACY_NFE, ACCURACY_TPS, pareto_front
-from ripple.platform.store import ResultStore
+from ripple.platform.experiments.store import ResultStore
 from ripple.sweeps.run import run_sweep, trial_frame
 from ripple.sweeps.spec import parse_sweep_spec
 
@@ -34,7 +34,7 @@ def ray_local():
         mp.delenv("RAY_ADDRESS", raising=False)
         import ray
 
-        from ripple.platform.grid import connect_ray
+        from ripple.platform.experiments.grid import connect_ray
 
         connect_ray()
         yield

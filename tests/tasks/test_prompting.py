@@ -3,7 +3,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from ripple.errors import RippleError
-from ripple.platform.loading import EMBEDDED
+from ripple.platform.runtime.loading import EMBEDDED
 from ripple.tasks import get_task
 from ripple.tasks.prompting import chat_text, encode_prompt
 

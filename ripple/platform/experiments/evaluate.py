@@ -1,0 +1,122 @@
+"""Evaluate one cell (model x task x decoder x lengths x cache): `ripple eval`.
+
+Samples are decoded one at a time (batch 1, the setting TPS is usually reported at) and
+scored as they finish; code is scored in the sandbox on a thread pool so scoring
+overlaps decoding. The cell's numbers come from the metrics module, like every surface's.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable
+
+from ...decoders import Scheduler
+from ...tasks.base import cut_at_stops
+from ...tasks.prompting import encode_prompt
+from ..runtime.engine import Engine, GenerationConfig, SampleOutput
+from ..runtime.loading import LoadedModel
+from .metrics import CellMetrics, cell_metrics
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    sample_id: str
+    prompt_tokens: int
+    completion: str
+    correct: bool
+    score: dict[str, Any]
+    nfe: int
+    lookahead_nfe: int
+    decode_seconds: float
+    generated_tokens: int
+    tps: float
+    canvas_tps: float
+
+
+@dataclass(frozen=True)
+class CellResult:
+    samples: tuple[SampleResult, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @cached_property
+    def stats(self) -> CellMetrics:
+        """The metrics module's numbers for these samples (accuracy with its Wilson interval, TPS, ...)."""
+        import polars as pl
+
+        gen = self.settings.get("gen_length", 0)
+        frame = pl.DataFrame([{"sample_id": s.sample_id, "correct": s.correct, "error": None, "nfe": s.nfe,
+                               "generated_tokens": s.generated_tokens, "decode_seconds": s.decode_seconds,
+                               "gen_length": gen} for s in self.samples],
+                             schema={"sample_id": pl.String, "correct": pl.Boolean, "error": pl.String, "nfe": pl.Int64,
+                                     "generated_tokens": pl.Int64, "decode_seconds": pl.Float64, "gen_length": pl.Int64})
+        return cell_metrics(frame)
+
+    def __getattr__(self, name: str):  # accuracy, mean_nfe, tps, canvas_tps, decode_seconds, ...
+        if name.startswith("_") or name in ("samples", "settings", "stats"):
+            raise AttributeError(name)
+        return getattr(self.stats, name)
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.settings, **self.stats.metrics(), "n": self.n}
+
+
+def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
+    """The response up to the first end-of-sequence token, cut at the first stop sequence."""
+    text = tokenizer.decode(list(out.tokens[: out.generated_tokens]), skip_special_tokens=True)
+    return cut_at_stops(text, tuple(stop_sequences))
+
+
+def run_sample(engine: Engine, tokenizer, task, example, decoder: Scheduler, config: GenerationConfig,
+               chat: bool = False) -> tuple[list[int], SampleOutput, str]:
+    """Decode one example: (prompt ids, engine output, completion text cut at the task's stops)."""
+    return run_batch(engine, tokenizer, task, [example], decoder, config, chat=chat)[0]
+
+
+def run_batch(engine: Engine, tokenizer, task, examples, decoder: Scheduler, config: GenerationConfig,
+              chat: bool = False) -> list[tuple[list[int], SampleOutput, str]]:
+    """Decode several examples in one engine call (left-padded rows, per-row NFE): for each, as
+    `run_sample`. The tokens equal those of one call per example (`ripple.platform.experiments.equivalence`)."""
+    prompts = [encode_prompt(tokenizer, ex.prompt, chat=chat) for ex in examples]
+    outs = engine.generate(prompts, decoder, config)
+    return [(ids, out, completion_text(tokenizer, out, task.stop_sequences)) for ids, out in zip(prompts, outs)]
+
+
+def sample_result(example, ids: list[int], out: SampleOutput, text: str, score) -> SampleResult:
+    """The record of one decoded and scored example."""
+    return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
+                        out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps)
+
+
+def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
+                  limit: int | None = None, split: str = "test", progress: bool = True, chat: bool = False,
+                  on_sample: Callable[[SampleResult], None] | None = None) -> CellResult:
+    """Decode and score the first `limit` examples of `task`, one at a time, in order."""
+    from ...progress import progress as progress_bar
+
+    from ...errors import RippleError
+
+    if lm.tokenizer is None:
+        raise RippleError(f"model {lm.name!r} has no tokenizer; tasks need one to build prompts")
+    examples = task.examples(split, limit)
+    engine = Engine.from_loaded(lm)
+    settings = {"model": lm.name, "task": task.name, "decoder": decoder.name, "params": decoder.params.to_dict(),
+                "gen_length": config.gen_length, "block_length": config.block_length, "cache": config.cache}
+    results: list[SampleResult] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pending = []
+        bar = progress_bar(examples, disable=not progress, desc=f"{task.name}/{decoder.name}", unit="sample",
+                           leave=False)
+        for ex in bar:
+            ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat)
+            pending.append((ex, ids, out, text, pool.submit(task.score, ex, text)))
+        for ex, ids, out, text, fut in pending:
+            res = sample_result(ex, ids, out, text, fut.result())
+            results.append(res)
+            if on_sample:
+                on_sample(res)
+    return CellResult(tuple(results), settings)

@@ -1,0 +1,499 @@
+"""Grid specs: YAML -> a validated `GridSpec` -> the `Cell`s of the grid.
+
+A spec lists models x tasks x decoders (with hyperparameters) x gen_lengths x
+block_lengths x caches x seeds. Everything is validated before any worker starts,
+and every problem is reported on one line naming the spec, the key and the accepted
+values, so a typo never costs a cluster start-up. Shipped specs live in `grids/`.
+
+Example (`ripple/platform/experiments/grids/demo.yaml` is another):
+
+    models: [ripple-tiny]
+    tasks: {arith: {limit: 50}, pyfunc: {limit: 20}}   # or a list of names plus `limit:`
+    decoders:                                         # or `decoders: all`: every registered one
+      - default
+      - {name: rps, params: {lambda: [0.1, 0.2]}}       # a list expands into one cell per value
+      - name: klass                                     # per-task settings override `params` there
+        task_params: {arith: {tau: 0.6, kappa: 0.015}}
+    gen_lengths: [48]
+    block_lengths: [16]
+    caches: [none, prefix]
+    batch_size: 8                                       # samples of a cell per engine call (default 1)
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...errors import RippleError
+from .store import DecodeSettings, check_name, dumps
+
+GRIDS_DIR = Path(__file__).resolve().parent / "grids"
+TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
+            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "data_dir", "workers", "batch_size")
+DECODER_KEYS = ("name", "params", "task_params", "models")
+TASK_KEYS = ("limit",)
+WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
+WORKER_DEVICES = ("auto", "gpu", "cpu")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell(DecodeSettings):
+    """One point of the grid. `cell_id` hashes every setting that can change a sample's result."""
+
+    model: str
+    task: str
+    decoder: str
+    params: tuple[tuple[str, Any], ...]  # every hyperparameter (defaults filled in), sorted by name
+    limit: int | None  # samples per cell: the first `limit` examples (not part of the id)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"model": self.model, "task": self.task, "decoder": self.decoder, "params": dict(self.params),
+                **self.decode_settings()}
+
+    @property
+    def cell_id(self) -> str:
+        return hashlib.sha256(dumps(self.settings).encode()).hexdigest()[:16]
+
+    @property
+    def params_json(self) -> str:
+        return dumps(dict(self.params))
+
+    def baseline_key(self) -> tuple:
+        """Cells sharing this key are compared with the same Default cell (speedup)."""
+        return (self.model, self.task, *self.decode_settings().values())
+
+    def label(self) -> str:
+        """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)` (every stored
+        hyperparameter for a decoder no longer registered: there are no defaults to compare with)."""
+        from ...decoders import get, names
+
+        defaults = get(self.decoder).Params().to_dict() if self.decoder in names() else {}
+        changed = [f"{k}={v}" for k, v in self.params if k not in defaults or defaults[k] != v]
+        return f"{self.decoder}({', '.join(changed)})" if changed else self.decoder
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "Cell":
+        """The cell a stored sample record belongs to (its `cell_id` is the record's)."""
+        settings = {f.name: record[f.name] for f in fields(DecodeSettings)}
+        params = tuple(sorted(json.loads(record["params"] or "{}").items()))
+        return cls(model=record["model"], task=record["task"], decoder=record["decoder"], params=params, limit=None,
+                   **settings)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How many workers and what each owns: `gpus` GPUs per worker, or `cpus` CPUs on a CPU worker."""
+
+    device: str = "auto"  # auto: GPU workers if the cluster has GPUs now; gpu: ask for them (autoscaling)
+    count: int | None = None  # None: one per GPU (or per `cpus` CPUs on a CPU-only cluster)
+    cpus: int = 1
+    gpus: int = 1
+    max_restarts: int = 2  # a killed worker restarts and its in-flight samples are retried this often
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A validated spec: its cells in spec order (models, tasks, decoders, lengths, caches, seeds)."""
+
+    path: str
+    experiment: str
+    cells: tuple[Cell, ...]
+    data_dir: str | None
+    workers: WorkerSpec
+    description: str = ""
+    # samples of one cell a worker decodes in one engine call. Not part of any cell id: it changes
+    # timing, never tokens or NFE (checked by `python -m ripple.platform.bench --batch-equivalence`)
+    batch_size: int = 1
+
+    def _per_task(self) -> list[str]:
+        """One line per decoder whose settings differ between tasks: each task's values of the
+        hyperparameters that differ (`task_params`)."""
+        from ...decoders import get
+
+        by: dict[str, dict[str, list[dict]]] = {}
+        for c in self.cells:
+            settings = by.setdefault(c.decoder, {}).setdefault(c.task, [])
+            if dict(c.params) not in settings:
+                settings.append(dict(c.params))
+        lines = []
+        for name, tasks in by.items():
+            keys = [k for k in get(name).Params().to_dict()
+                    if len({p[k] for ps in tasks.values() for p in ps}) > 1]
+            per = {task: " | ".join(" ".join(f"{k}={p[k]}" for k in keys) for p in ps) for task, ps in tasks.items()}
+            if len(set(per.values())) > 1:
+                lines.append(f"    {name} per task: {'; '.join(f'{t} {v}' for t, v in per.items())}")
+        return lines
+
+    def with_limit(self, limit: int | None) -> "GridSpec":
+        """Cap the samples of every cell at `limit` (`ripple grid --limit`)."""
+        if limit is None:
+            return self
+        if not isinstance(limit, int) or limit < 1:
+            raise RippleError(f"--limit must be a positive number of samples per cell, got {limit}")
+        cells = tuple(replace(c, limit=limit if c.limit is None else min(c.limit, limit)) for c in self.cells)
+        return replace(self, cells=cells)
+
+    def with_batch_size(self, batch_size: int | None) -> "GridSpec":
+        """Decode up to `batch_size` samples of a cell per engine call (`ripple grid --batch-size`)."""
+        if batch_size is None:
+            return self
+        return replace(self, batch_size=check_batch_size(batch_size, "--batch-size"))
+
+    def with_data_dir(self, data_dir: str | None) -> "GridSpec":
+        """Read benchmark data from `data_dir` (`ripple grid --data-dir`) instead of the spec's."""
+        return self if data_dir is None else replace(self, data_dir=data_dir)
+
+    def describe(self) -> str:
+        """The plan in a few lines (`ripple grid --dry-run`)."""
+        axes = {"models": "model", "tasks": "task", "decoders": "label", "gen_lengths": "gen_length",
+                "block_lengths": "block_length", "caches": "cache", "seeds": "seed"}
+        lines = [f"grid spec {self.path}: experiment {self.experiment}, {len(self.cells)} cells"]
+        order = {name: i for i, name in enumerate(dict.fromkeys(c.decoder for c in self.cells))}
+        for title, attr in axes.items():
+            if attr == "label":  # grouped by decoder, in spec order
+                cells = sorted(self.cells, key=lambda c: order[c.decoder])
+                values = dict.fromkeys(c.label() for c in cells)
+            else:
+                values = dict.fromkeys(getattr(c, attr) for c in self.cells)
+            lines.append(f"  {title}: {', '.join(map(str, values))}")
+            if attr == "label":
+                lines += self._per_task()
+        limits = sorted({"all" if c.limit is None else str(c.limit) for c in self.cells})
+        lines.append(f"  samples per cell: {', '.join(limits)}")
+        lines.append(f"  batch size: {self.batch_size}")
+        return "\n".join(lines)
+
+
+def check_batch_size(value: Any, name: str) -> int:
+    """A positive number of samples per engine call, or one line naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RippleError(f"{name} must be a positive number of samples per engine call (1 = one at a time), "
+                          f"got {value!r}")
+    return value
+
+
+def shipped_names(directory: Path) -> list[str]:
+    """The shipped specs of one kind: the YAML files' stems in `directory`."""
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def shipped_specs() -> list[str]:
+    return shipped_names(GRIDS_DIR)
+
+
+def read_yaml_spec(spec: str, directory: Path, kind: str) -> tuple[Path, Any]:
+    """(path, document) of a YAML file or of a shipped spec's name in `directory`; any problem
+    finding, reading or parsing it is one line naming the `kind` of spec ("grid", "sweep")."""
+    path = Path(spec).expanduser()
+    if not path.exists():
+        shipped = directory / f"{spec}.yaml"
+        if "/" in spec or not shipped.exists():
+            raise RippleError(f"{kind} spec {spec!r} not found; give a YAML file or a shipped spec: "
+                              f"{', '.join(shipped_names(directory))}")
+        path = shipped
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise RippleError(f"cannot read {kind} spec {path} ({reason})") from None
+    try:
+        return path, yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise RippleError(f"{kind} spec {path} is not valid YAML: {problem}{where}") from None
+
+
+def load_spec(spec: str) -> GridSpec:
+    """Read, parse and validate a spec file (or shipped spec name) into its cells."""
+    path, raw = read_yaml_spec(spec, GRIDS_DIR, "grid")
+    return parse_spec(raw, str(path), default_experiment=path.stem)
+
+
+def parse_spec(raw: Any, where: str, default_experiment: str = "grid") -> GridSpec:
+    """Validate a loaded YAML document; every error is one line prefixed by `where`."""
+    return SpecParser(where).spec(raw, default_experiment)
+
+
+class SpecParser:
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, message: str) -> RippleError:
+        return RippleError(f"grid spec {self.where}: {message}")
+
+    def keys(self, mapping: dict, accepted: tuple[str, ...], context: str) -> None:
+        for key in mapping:
+            if key not in accepted:
+                close = difflib.get_close_matches(str(key), accepted, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise self.fail(f"unknown key {key!r}{context}{hint}; accepted: {', '.join(accepted)}")
+
+    def as_list(self, value: Any, key: str) -> list:
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            raise self.fail(f"{key!r} is empty; give at least one value")
+        return items
+
+    def positive_ints(self, value: Any, key: str) -> list[int]:
+        items = self.as_list(value, key)
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise self.fail(f"{key!r} takes positive integers, got {v!r}")
+        return list(dict.fromkeys(items))
+
+    def ints(self, value: Any, key: str) -> list[int]:
+        items = self.as_list(value, key)
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise self.fail(f"{key!r} takes integers, got {v!r}")
+        return list(dict.fromkeys(items))
+
+    def strings(self, value: Any, key: str) -> list[str]:
+        items = self.as_list(value, key)
+        for v in items:
+            if not isinstance(v, str) or not v.strip():
+                raise self.fail(f"{key!r} takes non-empty strings, got {v!r}")
+        return list(dict.fromkeys(items))
+
+    def flag(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(f"{key!r} takes true or false, got {value!r}")
+        return value
+
+    def limit(self, value: Any, key: str) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(f"{key!r} takes a positive number of samples per cell, got {value!r}")
+        return value
+
+    def top(self, raw: Any, keys: tuple[str, ...], required: tuple[str, ...], default_experiment: str) -> str:
+        """Check a spec's top level (a mapping of known keys with the required ones); its experiment name."""
+        if not isinstance(raw, dict):
+            raise self.fail(f"expected a mapping of keys ({', '.join(keys)}), got {type(raw).__name__}")
+        self.keys(raw, keys, "")
+        for key in required:
+            if key not in raw:
+                raise self.fail(f"missing key {key!r}; required: {', '.join(required)}")
+        experiment = raw.get("experiment", default_experiment)
+        try:
+            check_name("experiment", experiment)
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
+        return experiment
+
+    def spec(self, raw: Any, default_experiment: str) -> GridSpec:
+        experiment = self.top(raw, TOP_KEYS, ("models", "tasks", "decoders", "gen_lengths", "block_lengths"),
+                              default_experiment)
+        models = self.strings(raw["models"], "models")
+        for model in models:
+            self.model(model)
+        tasks = self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit"))
+        decoders = self.decoders(raw["decoders"], models, [task for task, _ in tasks])
+        gens = self.positive_ints(raw["gen_lengths"], "gen_lengths")
+        blocks = self.positive_ints(raw["block_lengths"], "block_lengths")
+        caches = self.caches(raw.get("caches", ["none"]))
+        seeds = self.ints(raw.get("seeds", [0]), "seeds")
+        split = raw.get("split", "test")
+        if not isinstance(split, str):
+            raise self.fail(f"'split' takes a split name such as test, got {split!r}")
+        dtype = raw.get("dtype", "auto")
+        if dtype not in DTYPES:
+            raise self.fail(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
+        chat = self.flag(raw.get("chat", False), "chat")
+        stop = self.flag(raw.get("stop_at_eos", False), "stop_at_eos")
+        data_dir = raw.get("data_dir")
+        if data_dir is not None and not isinstance(data_dir, str):
+            raise self.fail(f"'data_dir' takes a directory path, got {data_dir!r}")
+        description = raw.get("description", "")
+        if not isinstance(description, str):
+            raise self.fail("'description' takes a string")
+        self.lengths(gens, blocks)
+        for name, _, _ in decoders:
+            self.decoder_caches(name, caches)
+        cells = tuple(
+            Cell(model=model, task=task, decoder=name, params=params, limit=limit, gen_length=gen, block_length=block,
+                 cache=cache, seed=seed, dtype=dtype, chat=chat, split=split, stop_at_eos=stop)
+            for model, (task, limit), (name, per_task, only) in itertools.product(models, tasks, decoders)
+            if only is None or model in only
+            for params, gen, block, cache, seed in itertools.product(per_task[task], gens, blocks, caches, seeds)
+        )
+        ids = [c.cell_id for c in cells]
+        if len(set(ids)) != len(ids):
+            raise self.fail("two decoder entries describe the same cell; remove the duplicate")
+        return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description,
+                        self.batch_size(raw.get("batch_size", 1)))
+
+    def batch_size(self, value: Any) -> int:
+        try:
+            return check_batch_size(value, "'batch_size'")
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
+
+    def model(self, name: str) -> None:
+        """An embedded name, a local checkpoint directory (its config and weight files are checked
+        here, cheaply) or a hub id, which only the workers resolve: downloading 16 GB into the
+        driver just to validate would be wrong."""
+        from ..runtime.loading import EMBEDDED, read_config, weight_files
+        from ..runtime.models import get_family
+
+        path = Path(name).expanduser()
+        if name not in EMBEDDED and path.is_dir():
+            try:
+                get_family(read_config(path)["model_type"])
+                weight_files(path)
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+            return
+        if name in EMBEDDED or _HUB_ID.match(name):
+            return
+        raise self.fail(f"model {name!r} not found: give a checkpoint directory, a hub id (org/name) "
+                        f"or an embedded name: {', '.join(EMBEDDED)}")
+
+    def tasks(self, value: Any, limit: int | None) -> list[tuple[str, int | None]]:
+        from ...tasks import task_class
+
+        if isinstance(value, dict):
+            if not value:
+                raise self.fail("'tasks' is empty; give at least one task")
+            entries = []
+            for name, opts in value.items():
+                opts = {} if opts is None else opts
+                if not isinstance(opts, dict):
+                    raise self.fail(f"task {name!r} takes a mapping such as {{limit: 50}}, got {opts!r}")
+                self.keys(opts, TASK_KEYS, f" in task {name!r}")
+                entries.append((name, self.limit(opts.get("limit", limit), f"tasks.{name}.limit")))
+        else:
+            entries = [(name, limit) for name in self.strings(value, "tasks")]
+        for name, _ in entries:
+            try:
+                task_class(str(name))
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+        return entries
+
+    def decoders(self, value: Any, models: list[str], tasks: list[str]
+                 ) -> list[tuple[str, dict[str, list[tuple]], frozenset | None]]:
+        """Each entry: (name, {task: [params, ...]}, models it is restricted to). `task_params`
+        override `params` for the tasks they name (the KLASS release tunes per task). `decoders: all`
+        is every registered decoder at its defaults, in display order."""
+        from ...decoders import get, names
+
+        if value == "all":
+            value = names()
+        out = []
+        for entry in self.as_list(value, "decoders"):
+            if isinstance(entry, str):
+                entry = {"name": entry}
+            if not isinstance(entry, dict) or "name" not in entry:
+                raise self.fail(f"a decoder entry is a name or a mapping with 'name' (and 'params', 'task_params', "
+                                f"'models'), got {entry!r}")
+            self.keys(entry, DECODER_KEYS, f" in decoder entry {entry.get('name')!r}")
+            name = entry["name"]
+            try:
+                get(str(name))
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+            params = self.params_mapping(entry.get("params"), f"decoder {name!r}: 'params'")
+            only = entry.get("models")
+            if only is not None:
+                only = frozenset(self.strings(only, f"decoders.{name}.models"))
+                unknown = sorted(only - set(models))
+                if unknown:
+                    raise self.fail(f"decoder {name!r} is restricted to model {unknown[0]!r}, which is not in "
+                                    f"'models': {', '.join(models)}")
+            per_task = entry.get("task_params") or {}
+            if not isinstance(per_task, dict):
+                raise self.fail(f"decoder {name!r}: 'task_params' takes a mapping of task names to hyperparameters, "
+                                f"got {per_task!r}")
+            for task in per_task:
+                if task not in tasks:
+                    close = difflib.get_close_matches(str(task), tasks, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise self.fail(f"decoder {name!r}: task_params names task {task!r}{hint}, which is not in "
+                                    f"'tasks': {', '.join(tasks)}")
+            grids = {}
+            for task in tasks:
+                extra = self.params_mapping(per_task.get(task), f"decoder {name!r}: 'task_params.{task}'")
+                grids[task] = self.expand(str(name), {**params, **extra}, f"decoders.{name}")
+            out.append((str(name), grids, only))
+        return out
+
+    def params_mapping(self, value: Any, where: str) -> dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(f"{where} takes a mapping of hyperparameters, got {value!r}")
+        return value
+
+    def expand(self, name: str, params: dict, where: str) -> list[tuple]:
+        """The validated hyperparameter tuples of one entry: list values expand into one per value."""
+        from ...decoders import get
+
+        cls = get(name)
+        grid = {k: self.as_list(v, f"{where}.params.{k}") for k, v in params.items()}
+        out = []
+        for values in itertools.product(*grid.values()):
+            strings = {k: str(v) for k, v in zip(grid, values)}
+            try:
+                hyper = cls.Params.from_strings(name, strings)
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+            out.append(tuple(sorted(hyper.to_dict().items())))
+        return out
+
+    def caches(self, value: Any) -> list[str]:
+        from ...decoders import CACHE_POLICIES
+
+        caches = self.strings(value, "caches")
+        for cache in caches:
+            if cache not in CACHE_POLICIES:
+                raise self.fail(f"unknown cache policy {cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
+        return caches
+
+    def decoder_caches(self, name: str, caches: list[str]) -> None:
+        from ...decoders import get
+
+        supported = get(name).supported_caches
+        for cache in caches:
+            if cache not in supported:
+                raise self.fail(f"decoder {name!r} does not support cache {cache!r}; supported: {', '.join(supported)}")
+
+    def lengths(self, gens: list[int], blocks: list[int]) -> None:
+        from ..runtime.engine import GenerationConfig
+
+        for gen, block in itertools.product(gens, blocks):
+            try:
+                GenerationConfig(gen, block)
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+
+    def workers(self, value: Any) -> WorkerSpec:
+        if not isinstance(value, dict):
+            raise self.fail(f"'workers' takes a mapping ({', '.join(WORKER_KEYS)}), got {value!r}")
+        self.keys(value, WORKER_KEYS, " in 'workers'")
+        count = value.get("count")
+        if count is not None:
+            count = self.positive_ints(count, "workers.count")[0]
+        cpus = self.positive_ints(value.get("cpus", 1), "workers.cpus")[0]
+        gpus = self.positive_ints(value.get("gpus", 1), "workers.gpus")[0]
+        device = value.get("device", "auto")
+        if device not in WORKER_DEVICES:
+            raise self.fail(f"unknown workers.device {device!r}; accepted: {', '.join(WORKER_DEVICES)}")
+        restarts = value.get("max_restarts", 2)
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            raise self.fail(f"'workers.max_restarts' takes a non-negative integer, got {restarts!r}")
+        return WorkerSpec(device, count, cpus, gpus, restarts)

@@ -1,0 +1,497 @@
+"""The denoising engine: canvas, semi-autoregressive block loop, KV cache policies, the
+packed lookahead forward, NFE counting and decode timing. Decoders only decide.
+
+Cache policies choose which canvas window a step recomputes; keys outside it come from
+the block-opening forward (DESIGN.md section 3). With the block [bs, be):
+  none   -> [0, N)        nothing cached
+  prefix -> [bs, N)       keys before the block reused (Fast-dLLM prefix cache)
+  dual   -> [bs, be)      prefix and suffix reused; only the block is recomputed
+The window starts at the block start for every family. A shifted-logit family (Dream:
+the prediction for position i is read at i-1) would need the row before the block to
+predict the block's first position, so its family declares `opening_commit`: the
+block-opening forward commits that position with its top-1 token (mask id excluded), as
+Fast-dLLM's Dream generation does, and the decoder's first step runs on the logits of the
+forward after it. No later forward needs the earlier row; the committed position keeps
+the opening forward's prediction as its row in every later `BlockState.logits`. Both
+forwards count towards NFE.
+
+A step's forward may carry extra segments after the window, as the decoder declares:
+  variants  packed lookahead copies of the block (visibility rule of DESIGN.md 3): a
+            variant sees what a block query sees, with its own copy in place of the block;
+  shadow    one all-mask copy of the block for leave-one-out verification (WINO):
+            shadow row t computes the prediction for block position j = t + shift and
+            sees every context key a block query sees except the canvas token at j, plus
+            the whole shadow (so j appears to it as a mask). Positions a shifted family
+            committed at the opening have no shadow row and are never verified;
+  beyond    for decoders with `needs_rows_beyond_block` (KLASS), the next block's
+            distributions: plain rows of the window where it covers them (none, prefix),
+            otherwise (dual) a copy of the next block that sees what a block query sees,
+            with its own copy in place of the next block.
+Base queries never see a segment and segments never see each other. Keys outside the
+recomputed window come from the block-opening cache for all of them, so the rules hold
+unchanged under every cache policy. Decoders that declare nothing pay nothing: their
+forwards compute exactly the block's rows.
+
+`trace` receives every decision as a JSON-able event; `observe` (diagnostics, e.g. the
+batch-equivalence check) also receives the tensors each decision reads, under the same
+(block, step, phase) key as its trace event.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Scheduler, greedy
+from ...errors import RippleError
+from .models.transformer import KVCache
+
+TraceFn = Callable[[dict[str, Any]], None]
+# observe(row, (block, step, phase), tensors): the logits a decision reads, before it is taken.
+# Tensors are live engine state: an observer that keeps them must copy them.
+ObserveFn = Callable[[int, tuple[int, int, str], dict[str, torch.Tensor]], None]
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    gen_length: int
+    block_length: int
+    cache: str = "none"
+    stop_at_eos: bool = False  # stop after a block that committed EOS (earlier positions decoded)
+
+    def __post_init__(self):
+        if self.gen_length <= 0 or self.block_length <= 0:
+            raise RippleError(f"gen_length and block_length must be positive, got {self.gen_length} and {self.block_length}")
+        if self.gen_length % self.block_length:
+            raise RippleError(
+                f"gen_length {self.gen_length} is not divisible by block_length {self.block_length}; "
+                f"accepted block lengths: {', '.join(str(d) for d in _divisors(self.gen_length))}"
+            )
+        if self.cache not in CACHE_POLICIES:
+            raise RippleError(f"unknown cache policy {self.cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
+
+
+def _check_plan(dec: Scheduler, plan) -> None:
+    """The engine acts on what a decoder declares: a plan that asks for more is a protocol error."""
+    if plan.variants is not None and not dec.uses_lookahead:
+        raise RippleError(f"decoder {dec.name!r} planned lookahead variants but does not declare uses_lookahead")
+    if plan.shadow and not dec.uses_shadow:
+        raise RippleError(f"decoder {dec.name!r} asked for a shadow forward but does not declare uses_shadow")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class SampleOutput:
+    tokens: tuple[int, ...]  # the gen_length response ids
+    nfe: int
+    lookahead_nfe: int  # of which packed lookahead forwards
+    decode_seconds: float
+    generated_tokens: int  # response tokens before the first end-of-sequence id
+    gen_length: int
+
+    @property
+    def tps(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def canvas_tps(self) -> float:
+        return self.gen_length / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+def padding_mask(pad: torch.Tensor) -> torch.Tensor:
+    """[B, N] left-padding flags -> [B, 1, N, N] visibility: nobody sees pads, pads see all
+    (so no pad row is all -inf, whose NaNs would reach real rows through the values)."""
+    return (~pad)[:, None, None, :] | pad[:, None, :, None]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so a clock read after it sees the work done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Engine:
+    """Runs any decoder with any cache policy on a model with the DiffusionTransformer forward."""
+
+    def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
+                 max_positions: int | None = None, device: torch.device | str = "cpu"):
+        self.model = model
+        self.shift = int(getattr(model, "shift", 0))
+        # a shifted family must commit the block's first position at the opening (module docstring)
+        self.opening_commit = bool(getattr(model, "opening_commit", self.shift > 0))
+        if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
+            raise RippleError(f"logit shift {self.shift} needs a model family with opening_commit; supported shifts: 0, 1")
+        self.mask_id = int(mask_id)
+        self.eos_ids = tuple(int(e) for e in eos_ids)
+        self.pad_id = int(pad_id)
+        self.max_positions = max_positions
+        self.device = torch.device(device)
+
+    @classmethod
+    def from_loaded(cls, lm) -> "Engine":
+        return cls(lm.model, mask_id=lm.mask_id, eos_ids=lm.eos_ids, pad_id=lm.pad_id,
+                   max_positions=lm.max_positions, device=lm.device)
+
+    # ------------------------------------------------------------------ generate
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Sequence[int]], decoder: Scheduler, config: GenerationConfig,
+                 trace: TraceFn | None = None, observe: ObserveFn | None = None) -> list[SampleOutput]:
+        if config.cache not in decoder.supported_caches:
+            raise RippleError(
+                f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
+                f"supported: {', '.join(decoder.supported_caches)}"
+            )
+        run = _Run(self, prompts, decoder, config, trace, observe)
+        return run.execute()
+
+    # ------------------------------------------------------------------ forwards
+    def forward_full(self, canvas, positions, pad, logits_rows, store_kv):
+        """Whole canvas, fresh: [B, N] -> logits [B, R, V] (and the KV cache)."""
+        mask = padding_mask(pad) if pad.any() else None
+        out = self.model(canvas, positions, attn_mask=mask, return_kv=store_kv, logits_rows=logits_rows)
+        return out.logits, out.kv
+
+    def forward_window(self, canvas, positions, pad, kv: KVCache | None, w0: int, w1: int,
+                       lo: int, hi: int, variants: torch.Tensor | None, logits_rows, shadow: bool = False,
+                       beyond: tuple[int, int] | None = None):
+        """Recompute canvas window [w0, w1) (keys elsewhere from `kv`), plus packed segments.
+
+        [lo, hi) is the block. variants: [B, m, hi - lo] tokens of the block for each variant.
+        shadow: append the all-mask leave-one-out copy of the block after the variants.
+        beyond: canvas columns [b0, b1) (the next block) to append as a copy after the shadow.
+        Returns logits [B, R, V] for `logits_rows` of the packed query sequence
+        (window rows, then m * (hi - lo) variant rows, then hi - lo shadow rows, then b1 - b0).
+        """
+        B, N = canvas.shape
+        toks = canvas[:, w0:w1]  # [B, Tw]
+        pos = positions[:, w0:w1]
+        m = 0 if variants is None else variants.shape[1]
+        Lw = hi - lo
+        if m:
+            toks = torch.cat((toks, variants.reshape(B, m * Lw)), dim=1)  # [B, Tw + m*Lw]
+            pos = torch.cat((pos, positions[:, lo:hi].repeat(1, m)), dim=1)
+        if shadow:
+            toks = torch.cat((toks, torch.full((B, Lw), self.mask_id, dtype=toks.dtype, device=toks.device)), dim=1)
+            pos = torch.cat((pos, positions[:, lo:hi]), dim=1)  # [B, Tw + m*Lw + Lw]
+        if beyond is not None:
+            b0, b1 = beyond
+            toks = torch.cat((toks, canvas[:, b0:b1]), dim=1)  # [B, Tw + m*Lw + S + Lb]
+            pos = torch.cat((pos, positions[:, b0:b1]), dim=1)
+        mask = None
+        if m or shadow or beyond is not None or pad.any():
+            mask = self._mask(pad, w0, w1, lo, hi, m, shadow, beyond)
+        if kv is None and (w0, w1) != (0, N):
+            raise AssertionError("a partial window needs the block-opening KV cache")
+        out = self.model(toks, pos, attn_mask=mask, kv=kv, window=(w0, w1) if kv is not None else None,
+                         logits_rows=logits_rows)
+        return out.logits
+
+    def _mask(self, pad, w0, w1, lo, hi, m, shadow=False, beyond=None) -> torch.Tensor:
+        """Visibility [B, 1, Tw + E, N + E] (True = may attend), E = (m + shadow) * Lw + Lb extra rows."""
+        B, N = pad.shape
+        Tw, Lw = w1 - w0, hi - lo
+        S = Lw if shadow else 0
+        b0, b1 = beyond if beyond is not None else (0, 0)
+        Lb = b1 - b0
+        E = m * Lw + S + Lb
+        dev = pad.device
+        key_ok = ~pad  # [B, N]
+        base = key_ok[:, None, :].expand(B, Tw, N) | pad[:, w0:w1, None]  # [B, Tw, N]
+        if not E:
+            return base[:, None]
+        no = lambda rows, cols: torch.zeros(B, rows, cols, dtype=torch.bool, device=dev)  # noqa: E731
+        every = lambda n: torch.ones(B, n, n, dtype=torch.bool, device=dev)  # noqa: E731
+        parts = [torch.cat((base, no(Tw, E)), dim=2)]  # base queries never see extra segments
+        if m:
+            # a variant sees the context minus the anchor's block, plus its own copy
+            ctx = key_ok.clone()
+            ctx[:, lo:hi] = False
+            own = torch.block_diag(*[torch.ones(Lw, Lw, dtype=torch.bool, device=dev)] * m)  # [m*Lw, m*Lw]
+            parts.append(torch.cat((ctx[:, None, :].expand(B, m * Lw, N), own[None].expand(B, -1, -1),
+                                    no(m * Lw, S + Lb)), dim=2))
+        if shadow:
+            # shadow row t sees the context minus its twin, the block position lo + t + shift it
+            # predicts (a shifted family's last row predicts past the block: no twin)
+            twin = torch.zeros(Lw, N, dtype=torch.bool, device=dev)
+            t = torch.arange(hi - lo - self.shift, device=dev)
+            twin[t, lo + self.shift + t] = True
+            sees = key_ok[:, None, :] & ~twin[None]  # [B, Lw, N]
+            parts.append(torch.cat((sees, no(Lw, m * Lw), every(Lw), no(Lw, Lb)), dim=2))
+        if Lb:
+            # the next block's copy sees the context minus the canvas next block, plus itself
+            ctx = key_ok.clone()
+            ctx[:, b0:b1] = False
+            parts.append(torch.cat((ctx[:, None, :].expand(B, Lb, N), no(Lb, m * Lw + S), every(Lb)), dim=2))
+        return torch.cat(parts, dim=1)[:, None]
+
+
+class _Run:
+    """State of one `generate` call: the canvas of a batch and per-row bookkeeping."""
+
+    def __init__(self, engine: Engine, prompts, decoder: Scheduler, cfg: GenerationConfig, trace, observe=None):
+        self.e, self.decoder, self.cfg, self.trace, self.observe = engine, decoder, cfg, trace, observe
+        if not prompts:
+            raise RippleError("no prompts given")
+        lens = [len(p) for p in prompts]
+        if min(lens) < 1:
+            raise RippleError("every prompt needs at least one token")
+        P = max(lens)
+        self.P, N = P, P + cfg.gen_length
+        longest = max(lens) + cfg.gen_length
+        if engine.max_positions is not None and longest > engine.max_positions:
+            raise RippleError(
+                f"prompt ({max(lens)} tokens) plus gen_length ({cfg.gen_length}) = {longest} exceeds "
+                f"the model's {engine.max_positions} positions"
+            )
+        B = len(prompts)
+        dev = engine.device
+        canvas = torch.full((B, N), engine.mask_id, dtype=torch.long)
+        pad = torch.zeros(B, N, dtype=torch.bool)
+        for b, p in enumerate(prompts):
+            off = P - len(p)  # left padding keeps every block at the same canvas columns
+            canvas[b, :off] = engine.pad_id
+            pad[b, :off] = True
+            canvas[b, off:P] = torch.as_tensor(list(p), dtype=torch.long)
+        cols = torch.arange(N)[None].expand(B, N)
+        offs = torch.tensor([P - n for n in lens])[:, None]
+        self.canvas = canvas.to(dev)
+        self.pad = pad.to(dev)
+        self.positions = (cols - offs).clamp(min=0).to(dev)  # explicit position ids [B, N]
+        self.B, self.N = B, N
+        self.nfe = [0] * B
+        self.look_nfe = [0] * B
+        self.t_end = [0.0] * B
+        self.stopped = [False] * B
+        self.sample_memory: list[dict] = [{} for _ in range(B)]  # decoder scratch per sample, across blocks
+
+    # one forward of `kind` over `rows` of the batch, counted for those rows
+    def _count(self, rows: list[int], lookahead: bool = False) -> None:
+        for r in rows:
+            self.nfe[r] += 1
+            if lookahead:
+                self.look_nfe[r] += 1
+
+    def execute(self) -> list[SampleOutput]:
+        e, cfg = self.e, self.cfg
+        L = cfg.block_length
+        synchronize(e.device)
+        t0 = time.perf_counter()
+        for blk in range(cfg.gen_length // L):
+            rows = [r for r in range(self.B) if not self.stopped[r]]
+            if not rows:
+                break
+            self._decode_block(blk, rows)
+            synchronize(e.device)
+            now = time.perf_counter()
+            be = self.P + (blk + 1) * L
+            for r in rows:
+                self.t_end[r] = now
+                if cfg.stop_at_eos and self._has_eos(r, be):
+                    self.stopped[r] = True
+                    self.canvas[r, be:] = e.eos_ids[0] if e.eos_ids else e.pad_id
+        out = []
+        for r in range(self.B):
+            resp = self.canvas[r, self.P:].tolist()
+            gen = next((i for i, t in enumerate(resp) if t in e.eos_ids), len(resp))
+            out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length))
+        return out
+
+    def _has_eos(self, r: int, upto: int) -> bool:
+        seg = self.canvas[r, self.P:upto]
+        return any(bool((seg == t).any()) for t in self.e.eos_ids)
+
+    def _rows(self, rows: list[int]):
+        """Selector of `rows` from a batch tensor (no copy when every row takes part)."""
+        if len(rows) == self.B:
+            return lambda t: t
+        idx = torch.tensor(rows, device=self.e.device)
+        return lambda t: t[idx]
+
+    def _decode_block(self, blk: int, rows: list[int]) -> None:
+        e, cfg, dec = self.e, self.cfg, self.decoder
+        L, s = cfg.block_length, e.shift
+        bs = self.P + blk * L
+        be = bs + L
+        w0, w1 = {"none": (0, self.N), "prefix": (bs, self.N), "dual": (bs, be)}[cfg.cache]
+        nxt = dec.needs_rows_beyond_block and be < self.N  # the decoder reads the next block's rows
+        sub = self._rows(rows)
+        ar = lambda n: torch.arange(n, device=e.device)  # noqa: E731
+        # block-opening forward: the prediction for canvas position i is read at row i - shift
+        want = torch.cat([ar(L) + bs - s] + ([ar(L) + be - s] if nxt else []))
+        logits, kv = e.forward_full(sub(self.canvas), sub(self.positions), sub(self.pad), want, cfg.cache != "none")
+        self._count(rows)
+        states = {}
+        for i, r in enumerate(rows):
+            st = BlockState(self.canvas[r, bs:be], logits[i, :L], e.mask_id, blk, self.sample_memory[r])
+            st.beyond = logits[i, L:] if nxt else None
+            states[r] = st
+        win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt)
+        if e.opening_commit:
+            self._open(rows, states, kv, win, blk)
+        max_steps = 4 * L + 16
+        while True:
+            active = [r for r in rows if bool(states[r].masked.any())]
+            if not active:
+                return
+            groups: dict[tuple[bool, bool], list[int]] = {}  # (variants, shadow) -> rows
+            plans = {}
+            for r in active:
+                st = states[r]
+                if st.step >= max_steps:
+                    raise RuntimeError(f"decoder {dec.name!r} made no progress in block {blk} after {max_steps} steps")
+                if self.observe is not None:
+                    self.observe(r, (blk, st.step, "step"),
+                                 {k: v for k, v in (("logits", st.logits), ("beyond", st.beyond),
+                                                    ("shadow", st.shadow)) if v is not None})
+                plan = dec.step(st)
+                _check_plan(dec, plan)
+                self._apply(r, st, plan.commit, plan.remask)
+                plans[r] = plan
+                kind = (plan.variants is not None, plan.shadow)
+                still = bool(st.masked.any())
+                self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if still else None,
+                           remask=plan.remask)
+                st.step += 1
+                if still:  # no forward once the block is complete
+                    groups.setdefault(kind, []).append(r)
+            for kind in sorted(groups):  # one forward per kind; each row is in exactly one
+                self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
+
+    def _open(self, rows: list[int], states, kv, win: _Window, blk: int) -> None:
+        """Commit each row's first block position with its top-1 token from the block-opening
+        forward (Fast-dLLM's Dream generation), then run the forward the decoder's first step reads."""
+        group = []
+        for r in rows:
+            st = states[r]
+            if self.observe is not None:
+                self.observe(r, (blk, st.step, "open"), {"logits": st.logits})
+            tokens, _ = greedy(st)  # [L], never the mask id
+            commit = Commit(torch.zeros(1, dtype=torch.long), tokens[:1])
+            self._apply(r, st, commit, None)
+            st.fixed[0] = True
+            still = bool(st.masked.any())
+            self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
+            if still:
+                group.append(r)
+        if group:
+            self._forward(group, (False, False), states, {}, kv, rows, win, blk)
+
+    def _forward(self, group: list[int], kind: tuple[bool, bool], states, plans, kv, rows, win: _Window, blk: int):
+        """One forward for `group`'s rows: the window plus the segments their plans declared."""
+        e, L, s = self.e, self.cfg.block_length, self.e.shift
+        looks, shadow = kind
+        pick = self._rows(group)
+        if kv is not None and len(group) != len(rows):
+            kv = kv.select(torch.tensor([win.row_pos[r] for r in group], device=e.device))
+        Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
+        variants, m = None, 0
+        if looks:
+            m = max(plans[r].variants.shape[0] for r in group)
+            var = []
+            for r in group:
+                v = plans[r].variants.to(e.device)  # [m_r, L]
+                if v.shape[0] < m:  # pad with copies of the anchor block; their logits are ignored
+                    v = torch.cat((v, states[r].tokens[None].expand(m - v.shape[0], L)), dim=0)
+                var.append(v)
+            variants = torch.stack(var)  # [G, m, L]
+        ar = lambda k: torch.arange(k, device=e.device)  # noqa: E731
+        # the prediction for block position j (>= s) sits at row j - s of the block and of each copy of it
+        out_rows = [ar(n) + win.lo - win.w0]
+        if m:
+            out_rows.append((Tw + ar(m)[:, None] * L + ar(n)[None]).reshape(-1))
+        if shadow:
+            out_rows.append(Tw + m * L + ar(n))
+        beyond = None
+        if win.next:  # the next block's predictions: window rows where the window covers them, else its copy
+            c = ar(L) + win.hi - s  # [L] canvas rows
+            inside = c < win.w1
+            out_rows.append(torch.where(inside, c - win.w0, Tw + (m + shadow) * L + c - win.hi))
+            if not bool(inside.all()):
+                beyond = (win.hi, win.hi + L)
+        out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
+                               win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow,
+                               beyond=beyond)  # [G, n * (1 + m + shadow) + L * next, V]
+        self._count(group, lookahead=looks)
+        for i, r in enumerate(group):
+            st, plan, o = states[r], plans.get(r), out[i]
+            head = st.logits[:s]  # [s, V] positions committed at the opening keep that forward's rows
+            v1 = (1 + m) * n  # o: block rows [0, n), variant rows [n, v1), shadow rows, next-block rows
+            sh1 = v1 + (n if shadow else 0)
+            st.shadow = torch.cat((head, o[v1:sh1])) if shadow else None
+            st.beyond = o[sh1:sh1 + L] if win.next else None
+            anchor = torch.cat((head, o[:n]))  # [L, V]
+            if not looks:
+                st.logits = anchor
+                continue
+            m_r = plan.variants.shape[0]
+            var = o[n:v1].reshape(m, n, -1)[:m_r]  # [m_r, n, V]
+            var = torch.cat((head[None].expand(m_r, s, -1), var), dim=1)  # [m_r, L, V]
+            if self.observe is not None:
+                self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
+            res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
+            self._apply(r, st, res.commit, None)
+            st.logits = res.logits
+            self._emit(r, blk, st, res.commit, res.info, None, phase="resolve")
+
+    def _apply(self, r: int, st: BlockState, commit: Commit, remask) -> None:
+        """Write a decoder's commits (then remasks) into the canvas, checking the protocol's invariants."""
+        e = self.e
+        L = st.tokens.shape[0]
+        pos = commit.positions.to(st.tokens.device)
+        if len(commit):
+            tok = commit.tokens.to(st.tokens.device)
+            if bool(((pos < 0) | (pos >= L)).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} committed outside the current block")
+            if not bool(st.masked[pos].all()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} committed an already decoded position")
+            if bool((tok == e.mask_id).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} committed the mask id")
+        if remask is not None and remask.numel():
+            back = remask.to(st.tokens.device)
+            if bool(((back < 0) | (back >= L)).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current block")
+            if bool(st.masked[back].any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position that is not decoded")
+            if bool(st.fixed[back].any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position committed at the block opening")
+            if bool(torch.isin(back, pos).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position it commits in the same step")
+        if len(commit):
+            st.tokens[pos] = tok
+        if remask is not None and remask.numel():
+            st.tokens[back] = e.mask_id
+
+    def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None) -> None:
+        if self.trace is None:
+            return
+        offset = blk * self.cfg.block_length
+        event = {
+            "sample": r, "block": blk, "step": st.step, "phase": phase,
+            "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
+            "forward": forward, **info,
+        }
+        if remask is not None and remask.numel():
+            event["remasked"] = [offset + int(p) for p in remask.tolist()]
+        self.trace(event)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Canvas columns of one block's forwards: recomputed window [w0, w1), block [lo, hi)."""
+
+    w0: int
+    w1: int
+    lo: int
+    hi: int
+    row_pos: dict[int, int]  # batch row -> its index among the block's rows (the KV cache's rows)
+    next: bool = False  # also compute the next block's rows (the decoder needs rows beyond the block)
+
+
+def _forward_label(kind: tuple[bool, bool]) -> str:
+    looks, shadow = kind
+    return ("lookahead+shadow" if shadow else "lookahead") if looks else ("shadow" if shadow else "normal")

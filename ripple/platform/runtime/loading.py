@@ -1,0 +1,253 @@
+"""Load a dLLM from a Hugging Face format directory or a hub id, without remote code.
+
+The same path serves the 8B checkpoints and the tiny golden/embedded ones: read
+config.json, pick the family by `model_type`, build the module on the meta device and
+stream tensors shard by shard straight into the requested dtype and device.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import RippleError
+from .models import DiffusionTransformer, get_family
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+EMBEDDED = {"ripple-tiny": Path(__file__).resolve().parents[2] / "assets" / "ripple-tiny"}  # ripple/assets
+_END_OF_TURN_NAMES = ("<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine plus the token facts the engine needs."""
+
+    model: DiffusionTransformer
+    name: str
+    path: Path
+    model_type: str
+    mask_id: int
+    eos_ids: tuple[int, ...]  # every end-of-sequence / end-of-turn id
+    pad_id: int
+    max_positions: int
+    device: torch.device
+    dtype: torch.dtype
+    tokenizer: Any = None
+    config: dict = field(default_factory=dict)
+
+    @property
+    def shift(self) -> int:
+        return self.model.shift
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise RippleError(f"unknown dtype {name!r}; accepted: auto, {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise RippleError(f"unknown device {name!r}; accepted: auto, cpu, cuda, cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RippleError(f"device {name!r} requested but CUDA is not available here; use --device cpu")
+    return dev
+
+
+def resolve_model_dir(name: str) -> Path:
+    """A local directory, an embedded model name, or a hub id through the hub cache."""
+    if name in EMBEDDED:
+        path = EMBEDDED[name]
+        if not (path / "config.json").exists():
+            raise RippleError(f"embedded model {name!r} is not installed at {path}")
+        return path
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise RippleError(f"model path {name!r} is a file; give the checkpoint directory")
+        return path
+    if name.count("/") == 1 and not name.startswith((".", "/")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            local = snapshot_download(
+                repo_id=name,
+                allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"],
+            )
+        except Exception as exc:  # the hub raises many types; one line is what a user needs
+            raise RippleError(
+                f"model {name!r} is neither a local directory nor reachable on the Hugging Face hub "
+                f"({type(exc).__name__}); give a checkpoint directory or an embedded name: {', '.join(EMBEDDED)}"
+            ) from None
+        return Path(local)
+    raise RippleError(
+        f"model {name!r} not found: give a checkpoint directory, a hub id (org/name) "
+        f"or an embedded name: {', '.join(EMBEDDED)}"
+    )
+
+
+def read_config(path: Path) -> dict:
+    cfg_file = path / "config.json"
+    if not cfg_file.exists():
+        raise RippleError(f"checkpoint {path} has no config.json")
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RippleError(f"checkpoint {path}: config.json is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise RippleError(f"checkpoint {path}: config.json has no model_type")
+    return cfg
+
+
+def weight_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise RippleError(f"checkpoint {path}: model.safetensors.index.json is corrupt (no weight_map)") from None
+        files = [path / f for f in sorted(set(weight_map.values()))]
+        missing = [f.name for f in files if not f.exists()]
+        if missing:
+            raise RippleError(f"checkpoint {path}: shard(s) listed in the index are missing: {', '.join(missing)}")
+        return files
+    single = path / "model.safetensors"
+    if single.exists():
+        return [single]
+    found = sorted(path.glob("model*.safetensors"))
+    if found:
+        return found
+    raise RippleError(f"checkpoint {path} has no *.safetensors weights (only safetensors checkpoints load)")
+
+
+def _load_weights(model: DiffusionTransformer, files: list[Path], rename, tied: bool, device, dtype) -> None:
+    from safetensors import safe_open
+    from safetensors import SafetensorError
+
+    wanted = dict(model.state_dict(keep_vars=True))
+    loaded: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt", device="cpu") as fh:
+                for key in fh.keys():
+                    ours = rename(key)
+                    if ours is None:
+                        continue
+                    if ours not in wanted:
+                        raise RippleError(f"checkpoint {f.name}: tensor {key!r} does not fit this config")
+                    t = fh.get_tensor(key)
+                    if tuple(t.shape) != tuple(wanted[ours].shape):
+                        raise RippleError(
+                            f"checkpoint {f.name}: tensor {key!r} has shape {tuple(t.shape)}, "
+                            f"config.json implies {tuple(wanted[ours].shape)}"
+                        )
+                    # copy=True: on CPU at the file's dtype `.to` would return the memory-mapped
+                    # tensor itself, and replacing the file under a running worker kills it (SIGBUS)
+                    loaded[ours] = t.to(device=device, dtype=dtype, copy=True)
+        except (SafetensorError, OSError) as exc:
+            raise RippleError(f"checkpoint file {f} is corrupt or unreadable ({exc})") from None
+    if tied and "head.weight" not in loaded and "embed.weight" in loaded:
+        loaded["head.weight"] = loaded["embed.weight"]
+    missing = sorted(set(wanted) - set(loaded))
+    if missing:
+        raise RippleError(f"checkpoint lacks {len(missing)} tensor(s), e.g. {missing[0]!r}")
+    model.load_state_dict(loaded, assign=True, strict=True)
+
+
+def load_tokenizer(path: Path):
+    """AutoTokenizer without remote code; fall back to tokenizer.json for custom classes."""
+    has_files = any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"))
+    if not has_files:
+        return None
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # it warns that config.json's model_type is unknown to it
+    try:
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as first:  # custom tokenizer classes (Dream) need remote code; we do not run it
+        cfg_file = path / "tokenizer_config.json"
+        tcfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
+        special = {k: v for k, v in tcfg.items() if k.endswith("_token") and isinstance(v, str)}
+        if (path / "tokenizer.json").exists():
+            tok = PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"), **special)
+        elif (path / "vocab.json").exists() and (path / "merges.txt").exists():
+            from transformers import Qwen2TokenizerFast
+
+            tok = Qwen2TokenizerFast(vocab_file=str(path / "vocab.json"), merges_file=str(path / "merges.txt"), **special)
+        else:
+            raise RippleError(f"tokenizer in {path} cannot be loaded without remote code ({first})") from None
+        if tcfg.get("chat_template"):
+            tok.chat_template = tcfg["chat_template"]
+        return tok
+
+
+def _as_ids(value) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+
+
+def special_ids(cfg: dict, path: Path, tokenizer) -> tuple[int, tuple[int, ...], int]:
+    """mask id, end-of-sequence ids and pad id, from config files and the tokenizer."""
+    mask_id = cfg.get("mask_token_id")
+    if mask_id is None and tokenizer is not None:
+        mask_id = tokenizer.mask_token_id
+    if mask_id is None:
+        raise RippleError(f"checkpoint {path}: no mask_token_id in config.json nor a mask token in the tokenizer")
+    eos = _as_ids(cfg.get("eos_token_id"))
+    gen_cfg = path / "generation_config.json"
+    if gen_cfg.exists():
+        try:
+            eos += _as_ids(json.loads(gen_cfg.read_text()).get("eos_token_id"))
+        except json.JSONDecodeError:
+            raise RippleError(f"checkpoint {path}: generation_config.json is not valid JSON") from None
+    if tokenizer is not None:
+        eos += _as_ids(tokenizer.eos_token_id)
+        vocab = tokenizer.get_vocab()
+        eos += [vocab[n] for n in _END_OF_TURN_NAMES if n in vocab]
+    eos_ids = tuple(dict.fromkeys(e for e in eos if e != mask_id))
+    pad = cfg.get("pad_token_id")
+    if pad is None and tokenizer is not None:
+        pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = eos_ids[0] if eos_ids else 0
+    return int(mask_id), eos_ids, int(pad)
+
+
+def config_mask_id(name: str) -> int | None:
+    """The mask id config.json declares, read before any weights load (None: only the tokenizer names it)."""
+    mask_id = read_config(resolve_model_dir(name)).get("mask_token_id")
+    return None if mask_id is None else int(mask_id)
+
+
+def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedModel:
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    path = resolve_model_dir(name)
+    cfg = read_config(path)
+    family = get_family(cfg["model_type"])
+    tcfg = family.to_config(cfg)
+    files = weight_files(path)
+    with torch.device("meta"):
+        model = DiffusionTransformer(tcfg, shift=family.shift, opening_commit=family.opening_commit)
+    _load_weights(model, files, family.rename, family.tied_head(cfg), dev, dt)
+    model.eval().requires_grad_(False)
+    tokenizer = load_tokenizer(path)
+    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer)
+    return LoadedModel(
+        model=model, name=name, path=path, model_type=family.name, mask_id=mask_id, eos_ids=eos_ids,
+        pad_id=pad_id, max_positions=family.max_positions(cfg), device=dev, dtype=dt,
+        tokenizer=tokenizer, config=cfg,
+    )

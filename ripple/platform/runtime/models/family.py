@@ -1,0 +1,72 @@
+"""The family registry: how one checkpoint format maps onto `DiffusionTransformer`."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ....errors import RippleError
+from .transformer import TransformerConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]  # lower-cased `model_type` values that select this family
+    shift: int  # 1 when the prediction for position i is the logits at i-1
+    to_config: Callable[[dict[str, Any]], TransformerConfig]
+    # checkpoint key -> our parameter name (None: not a parameter we use)
+    rename: Callable[[str], str | None]
+    tied_head: Callable[[dict[str, Any]], bool]
+    max_positions: Callable[[dict[str, Any]], int]
+    # the block-opening forward commits the block's first position with its top-1 token (mask id
+    # excluded) before the decoder's first step, as the family's reference block decoding does;
+    # required when shift > 0, so that no later forward needs the row before the block
+    opening_commit: bool = False
+
+    def __post_init__(self):
+        if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
+            raise ValueError(f"family {self.name!r}: shift {self.shift} needs opening_commit (supported shifts: 0, 1)")
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register_family(family: Family) -> Family:
+    for t in family.model_types:
+        _FAMILIES[t] = family
+    return family
+
+
+def registered_families() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def get_family(model_type: str) -> Family:
+    fam = _FAMILIES.get(str(model_type).lower())
+    if fam is None:
+        raise RippleError(
+            f"unsupported model_type {model_type!r} in config.json; supported: {', '.join(registered_families())}"
+        )
+    return fam
+
+
+def renamer(block_key: str, block_names: dict[str, str], top_names: dict[str, str]) -> Callable[[str], str | None]:
+    """Checkpoint key -> our name, from a per-layer regex (groups: layer, name, kind) and two tables."""
+    pattern = re.compile(block_key)
+
+    def rename(key: str) -> str | None:
+        m = pattern.match(key)
+        if m:
+            layer, name, kind = m.groups()
+            ours = block_names.get(name)
+            return f"layers.{layer}.{ours}.{kind}" if ours else None
+        return top_names.get(key)
+
+    return rename
+
+
+def require(cfg: dict[str, Any], key: str) -> Any:
+    if key not in cfg:
+        raise RippleError(f"config.json lacks {key!r}, needed to build the {cfg.get('model_type')} model")
+    return cfg[key]

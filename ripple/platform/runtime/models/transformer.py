@@ -1,0 +1,187 @@
+"""One bidirectional LLaMA-style transformer that every supported family maps onto.
+
+LLaDA (OLMo-derived "llama" blocks) and Dream (Qwen2 layout) compute the same thing:
+pre-RMSNorm attention with rotate-half RoPE, a SwiGLU MLP, a final norm and an output
+head. Families differ only in config keys, weight names, q/k/v biases and whether the
+prediction for position i is read at i-1 (``shift``); those live in the family modules.
+
+The forward is general enough for every cache policy and the packed lookahead:
+``tokens`` are the fresh inputs, the first ``w1 - w0`` of which fill the canvas window
+[w0, w1); the rest are extra segments (lookahead variants) appended after the canvas.
+Keys are ordered canvas positions 0..N-1 (cached outside the window, fresh inside),
+then the extra tokens, so an attention mask column k < N always means canvas position k.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    vocab_size: int  # rows of the output head (LLaDA: embedding_size)
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    mlp_hidden: int
+    rope_theta: float
+    norm_eps: float
+    qkv_bias: bool = False
+    rope_full_precision: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class KVCache:
+    """Post-RoPE keys and values of every canvas position, per layer: [B, H_kv, N, D]."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    @property
+    def length(self) -> int:
+        return self.keys[0].shape[2]
+
+    def select(self, rows: torch.Tensor) -> "KVCache":
+        return KVCache([k[rows] for k in self.keys], [v[rows] for v in self.values])
+
+
+@dataclass(frozen=True)
+class ForwardOutput:
+    logits: torch.Tensor  # [B, R, V] for the requested rows
+    kv: KVCache | None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos/sin for explicit position ids [B, T] -> [B, 1, T, D] each (float32 maths)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float) / head_dim))
+    freqs = positions.float()[..., None] * inv_freq  # [B, T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
+    return emb.cos()[:, None].to(dtype), emb.sin()[:, None].to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        hd = cfg.head_dim
+        self.q = nn.Linear(cfg.d_model, cfg.n_heads * hd, bias=cfg.qkv_bias)
+        self.k = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        self.v = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        self.o = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=False)
+
+    def forward(self, x, cos, sin, mask, past_k, past_v, window):
+        cfg = self.cfg
+        B, T, _ = x.shape
+        hd = cfg.head_dim
+        q = self.q(x).view(B, T, cfg.n_heads, hd).transpose(1, 2)  # [B, H, T, D]
+        k = self.k(x).view(B, T, cfg.n_kv_heads, hd).transpose(1, 2)  # [B, Hkv, T, D]
+        v = self.v(x).view(B, T, cfg.n_kv_heads, hd).transpose(1, 2)
+        rope_dtype = torch.float32 if cfg.rope_full_precision else q.dtype
+        q = (q.to(rope_dtype) * cos + rotate_half(q.to(rope_dtype)) * sin).to(x.dtype)
+        k = (k.to(rope_dtype) * cos + rotate_half(k.to(rope_dtype)) * sin).to(x.dtype)
+        fresh_k, fresh_v = k, v
+        if past_k is not None:
+            w0, w1 = window
+            n_win = w1 - w0
+            # canvas keys in position order (cached outside the window), then extras
+            k = torch.cat((past_k[:, :, :w0], k[:, :, :n_win], past_k[:, :, w1:], k[:, :, n_win:]), dim=2)
+            v = torch.cat((past_v[:, :, :w0], v[:, :, :n_win], past_v[:, :, w1:], v[:, :, n_win:]), dim=2)
+        if cfg.n_kv_heads != cfg.n_heads:
+            rep = cfg.n_heads // cfg.n_kv_heads
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)  # [B, H, T, D]
+        out = out.transpose(1, 2).reshape(B, T, cfg.n_heads * hd)
+        return self.o(out), fresh_k, fresh_v
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.gate = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+        self.up = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x, cos, sin, mask, past_k, past_v, window):
+        a, k, v = self.attn(self.attn_norm(x), cos, sin, mask, past_k, past_v, window)
+        x = x + a
+        h = self.mlp_norm(x)
+        x = x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return x, k, v
+
+
+class DiffusionTransformer(nn.Module):
+    """Bidirectional transformer denoiser; see the module docstring for the key layout."""
+
+    def __init__(self, cfg: TransformerConfig, shift: int = 0, opening_commit: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.shift = shift  # 1: the prediction for position i is read at i-1 (Dream)
+        self.opening_commit = opening_commit  # the family's block opening (ripple/platform/runtime/models/family.py)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    def forward(
+        self,
+        tokens: torch.Tensor,  # [B, T]
+        positions: torch.Tensor,  # [B, T]
+        attn_mask: torch.Tensor | None = None,  # [B, 1|H, T, K] bool (True = visible) or additive
+        kv: KVCache | None = None,
+        window: tuple[int, int] | None = None,
+        return_kv: bool = False,
+        logits_rows: torch.Tensor | None = None,  # [R] query rows to project; None = all
+    ) -> ForwardOutput:
+        if kv is not None and window is None:
+            raise ValueError("a KV cache needs the canvas window the fresh tokens fill")
+        x = self.embed(tokens)  # [B, T, d]
+        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta,
+                               torch.float32 if self.cfg.rope_full_precision else x.dtype)
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            attn_mask = attn_mask.to(x.dtype)
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            pk = kv.keys[i] if kv is not None else None
+            pv = kv.values[i] if kv is not None else None
+            x, k, v = layer(x, cos, sin, attn_mask, pk, pv, window)
+            if return_kv:
+                new_k.append(k)
+                new_v.append(v)
+        if logits_rows is not None:
+            x = x[:, logits_rows]  # [B, R, d]
+        logits = self.head(self.norm(x))  # [B, R, V]
+        return ForwardOutput(logits, KVCache(new_k, new_v) if return_kv else None)

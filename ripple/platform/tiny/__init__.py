@@ -1,1 +1,0 @@
-"""The tiny embedded model: its tokenizer and its CPU training recipe."""

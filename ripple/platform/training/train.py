@@ -1,0 +1,283 @@
+"""`ripple train-tiny`: train the embedded default model on CPU with LLaDA's SFT objective.
+
+For each example the prompt stays visible and the response, padded with EOS to a fixed
+length as LLaDA does, is masked at a per-sample ratio t ~ U(eps, 1); the loss is the
+cross-entropy on masked positions weighted by 1/t, averaged over response positions.
+Data are streamed deterministically from the synthetic tasks' train splits by step, so a
+resumed run sees exactly the batches an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ...errors import RippleError
+from ..runtime.engine import padding_mask
+from ..runtime.models import DiffusionTransformer, TransformerConfig
+from ..runtime.models.llada import checkpoint_config, checkpoint_key
+
+EPS = 1e-3
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: str
+    steps: int = 2400
+    batch_size: int = 32
+    lr: float = 2e-3
+    min_lr: float = 1e-4
+    warmup: int = 100
+    weight_decay: float = 0.01
+    d_model: int = 256
+    n_layers: int = 6
+    n_heads: int = 4
+    mlp_hidden: int = 688
+    response_length: int = 48
+    max_positions: int = 4096  # written to config.json (LLaDA's value); RoPE itself has no table to size
+    vocab_size: int = 512  # tokenizer's BPE target size
+    tasks: tuple[str, ...] = ("arith", "pyfunc", "freefunc")
+    mix: tuple[int, ...] = (1, 1, 1)  # examples of each task per cycle of the stream
+    seed: int = 0
+    checkpoint_every: int = 200
+    snapshot_every: int = 2000  # log these checkpoints' weight sha256 to training/snapshots.jsonl
+    log_every: int = 10
+
+
+def stream_source(mix: tuple[int, ...], k: int) -> tuple[int, int]:
+    """(task number, index in that task's train split) of example k of the training stream."""
+    cycle = [t for t, m in enumerate(mix) for _ in range(m)]  # task of each slot of one cycle
+    slot = k % len(cycle)
+    t = cycle[slot]
+    return t, (k // len(cycle)) * mix[t] + cycle[:slot].count(t)
+
+
+class Batcher:
+    """Deterministic batches: the stream cycles through the tasks, `mix[i]` examples of task i
+    per cycle, and each task reads its own train split in order, so example k is a pure
+    function of k (what exact resume relies on)."""
+
+    def __init__(self, cfg: TrainConfig, tokenizer, mask_id: int, eos_id: int, pad_id: int):
+        from ...tasks import get_task
+
+        if len(cfg.mix) != len(cfg.tasks) or min(cfg.mix) < 1:
+            raise RippleError(f"mix {cfg.mix} must give a positive count for each of the tasks {cfg.tasks}")
+        self.cfg, self.tok = cfg, tokenizer
+        self.tasks = [get_task(t) for t in cfg.tasks]
+        self.mask_id, self.eos_id, self.pad_id = mask_id, eos_id, pad_id
+
+    def pair(self, k: int) -> tuple[list[int], list[int]]:
+        t, i = stream_source(self.cfg.mix, k)
+        task = self.tasks[t]
+        ex = task.example("train", i)
+        prompt = self.tok(ex.prompt, add_special_tokens=False)["input_ids"]
+        resp = self.tok(ex.reference, add_special_tokens=False)["input_ids"]
+        R = self.cfg.response_length
+        if len(resp) >= R:
+            raise RippleError(f"{task.name} reference of {len(resp)} tokens does not fit response_length {R}")
+        return prompt, resp + [self.eos_id] * (R - len(resp))
+
+    def batch(self, step: int, gen: torch.Generator):
+        B, R = self.cfg.batch_size, self.cfg.response_length
+        pairs = [self.pair(step * B + i) for i in range(B)]
+        P = max(len(p) for p, _ in pairs)
+        tokens = torch.full((B, P + R), self.pad_id, dtype=torch.long)
+        pad = torch.zeros(B, P + R, dtype=torch.bool)
+        for b, (p, r) in enumerate(pairs):
+            off = P - len(p)  # left padding, exactly as the engine lays out a batch
+            pad[b, :off] = True
+            tokens[b, off:P] = torch.tensor(p)
+            tokens[b, P:] = torch.tensor(r)
+        positions = (torch.arange(P + R)[None] - pad.sum(1, keepdim=True)).clamp(min=0)
+        target = tokens[:, P:].clone()  # [B, R]
+        t = torch.rand(B, 1, generator=gen)
+        p_mask = (1 - EPS) * t + EPS  # [B, 1]
+        masked = torch.rand(B, R, generator=gen) < p_mask  # [B, R]
+        tokens[:, P:] = torch.where(masked, torch.full_like(target, self.mask_id), target)
+        attn = padding_mask(pad) if pad.any() else None  # [B, 1, T, T], as the engine masks a batch
+        return tokens, positions, attn, target, masked, p_mask.expand(B, R), P
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+def model_config(cfg: TrainConfig, vocab: int) -> TransformerConfig:
+    return TransformerConfig(vocab_size=vocab, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                             n_kv_heads=cfg.n_heads, mlp_hidden=cfg.mlp_hidden, rope_theta=10000.0, norm_eps=1e-5)
+
+
+def export(model: DiffusionTransformer, out: Path, tokenizer, ids: dict, max_positions: int) -> None:
+    """Write a Hugging Face format directory in LLaDA's own format."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {checkpoint_key(k): v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    cfg = checkpoint_config(model.cfg, max_positions=max_positions, **ids)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    tokenizer.save_pretrained(str(out))
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """sha256 of the weights as `export` writes them (a safetensors file), so two runs can be
+    compared bit for bit without their optimiser state or timings."""
+    from safetensors.torch import save
+
+    tensors = {checkpoint_key(k): v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    return hashlib.sha256(save(tensors, metadata={"format": "pt"})).hexdigest()
+
+
+def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=print, stop_at: int | None = None) -> dict:
+    """Train (or resume) into cfg.out; returns a summary with the final loss and time.
+
+    `stop_at` ends the run after that step with its checkpoint written, as an interruption
+    would (the schedule stays that of cfg.steps): the way to re-run a prefix of a long run
+    and compare its snapshot with the long run's (training/snapshots.jsonl)."""
+    from ...progress import progress as progress_bar
+
+    from .tokenizer import build_tokenizer
+
+    out = Path(cfg.out)
+    work = out / "training"
+    work.mkdir(parents=True, exist_ok=True)
+    state_file = work / "state.pt"
+    tok_dir = work / "tokenizer"
+    if not (tok_dir / "tokenizer.json").exists():
+        build_tokenizer(tok_dir, cfg.vocab_size, seed=cfg.seed)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+    ids = {"mask_id": tokenizer.mask_token_id, "eos_id": tokenizer.eos_token_id, "pad_id": tokenizer.pad_token_id}
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = DiffusionTransformer(model_config(cfg, len(tokenizer)))
+    _init(model, cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    start, elapsed, curve = 0, 0.0, []
+    if resume and state_file.exists():
+        state = torch.load(state_file, weights_only=False)
+        if state["config"] != dataclasses.asdict(cfg):
+            raise RippleError(f"{state_file} was written with other settings; pass a new --out or --no-resume")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        start, elapsed, curve = state["step"], state["elapsed"], state["curve"]
+        log(f"resuming at step {start} of {cfg.steps}")
+    batcher = Batcher(cfg, tokenizer, **ids)
+    model.train()
+    bar = progress_bar(total=cfg.steps, initial=start, disable=not progress, desc="train-tiny", unit="step")
+    t0 = time.perf_counter() - elapsed
+    window: list[float] = []
+
+    def save(step: int) -> None:
+        tmp = state_file.with_suffix(".tmp")
+        torch.save({"config": dataclasses.asdict(cfg), "model": model.state_dict(), "optim": opt.state_dict(),
+                    "step": step, "elapsed": time.perf_counter() - t0, "curve": curve}, tmp)
+        tmp.replace(state_file)  # atomic: a kill never leaves a half-written checkpoint
+        if step % cfg.snapshot_every == 0 or step == cfg.steps:
+            record = {"step": step, "sha256": weights_sha256(model), "seconds": round(time.perf_counter() - t0, 1)}
+            with open(work / "snapshots.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    end = cfg.steps if stop_at is None else min(cfg.steps, stop_at)
+    for step in range(start, end):
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        tokens, positions, attn, target, masked, p_mask, P = batcher.batch(step, gen)
+        R = cfg.response_length
+        logits = model(tokens, positions, attn_mask=attn, logits_rows=torch.arange(P, P + R)).logits  # [B, R, V]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), reduction="none")
+        loss = (ce.view_as(target) * masked / p_mask).sum() / (target.numel())
+        for group in opt.param_groups:
+            group["lr"] = lr_at(cfg, step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        window.append(loss.item())
+        bar.update(1)
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            mean = sum(window) / len(window)
+            curve.append({"step": step + 1, "loss": mean, "seconds": time.perf_counter() - t0})
+            window.clear()
+            bar.set_postfix(loss=f"{mean:.3f}", refresh=False)
+        if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < end:
+            save(step + 1)
+    bar.close()
+    save(end)
+    if end < cfg.steps:
+        log(f"stopped at step {end} of {cfg.steps}; the checkpoint is in {state_file}")
+        return {"steps": end, "seconds": time.perf_counter() - t0, "stopped": True,
+                "sha256": weights_sha256(model), "config": dataclasses.asdict(cfg)}
+    model.eval()
+    export(model, out, tokenizer, ids, cfg.max_positions)
+    summary = {"steps": cfg.steps, "seconds": time.perf_counter() - t0,
+               "final_loss": curve[-1]["loss"] if curve else None, "config": dataclasses.asdict(cfg)}
+    (work / "curve.json").write_text(json.dumps(curve))
+    (out / "training_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_learning_curve(curve, out)
+    return summary
+
+
+def write_learning_curve(curve: list[dict], out: Path) -> None:
+    """learning_curve.json (step, loss, seconds) and learning_curve.png beside the checkpoint."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    (out / "learning_curve.json").write_text(json.dumps(curve) + "\n")
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (1/t-weighted CE)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
+    if curve:
+        ax.set_title(f"ripple-tiny: {curve[-1]['step']} steps, {curve[-1]['seconds'] / 60:.0f} min, "
+                     f"final loss {curve[-1]['loss']:.3f}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "learning_curve.png")
+    plt.close(fig)
+
+
+def _init(model: DiffusionTransformer, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    std = 0.02
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            p.data.normal_(0.0, std, generator=g)
+            if name.endswith(("attn.o.weight", "down.weight")):  # residual projections scaled by depth
+                p.data.mul_(1 / math.sqrt(2 * model.cfg.n_layers))
+        elif name.endswith("bias"):
+            p.data.zero_()
+
+
+def _tiny(out: str, **kw) -> TrainConfig:
+    """The shipped model's recipe (model card): 0.94 M parameters, 4 heads; per 11 examples
+    5 arith, 2 pyfunc, 4 freefunc."""
+    base = dict(steps=21000, lr=3e-3, d_model=128, n_layers=4, n_heads=4, mlp_hidden=352, mix=(5, 2, 4))
+    base.update(kw)
+    return TrainConfig(out=out, **base)
+
+
+def _micro(out: str, **kw) -> TrainConfig:
+    """A seconds-long config for tests: same code path, a toy model."""
+    base = dict(steps=20, batch_size=8, lr=3e-3, warmup=2, d_model=64, n_layers=2, n_heads=2, mlp_hidden=128,
+                checkpoint_every=10, snapshot_every=10, log_every=2)
+    base.update(kw)
+    return TrainConfig(out=out, **base)
+
+
+PRESETS = {"tiny": _tiny, "micro": _micro}

@@ -1,0 +1,69 @@
+"""`ripple grid` end to end on a real local Ray, a real Parquet store and a real MLflow SQLite
+store: the shipped demo spec (limited) runs, the store and MLflow agree, and a re-run computes
+nothing and duplicates no MLflow run."""
+import json
+
+import polars as pl
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ripple.platform.experiments.store import ResultStore
+from ripple.platform.experiments.tracking import CELL_TAG
+
+from tests.platform.gridtools import run_grid
+
+pytestmark = pytest.mark.slow
+
+
+def _mlflow_runs(store_dir, experiment):
+    client = MlflowClient(tracking_uri=f"sqlite:///{store_dir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    assert exp.artifact_location == (store_dir / "mlartifacts").as_uri()  # explicit, never the working directory
+    return client, client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def test_demo_grid_store_and_mlflow_agree(tmp_path):
+    store_dir = tmp_path / "store"
+    out = run_grid("demo", "--limit", "2", "--store", str(store_dir))
+    assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 42, 42, 0)
+    assert len(out["workers"]) == 2 and len({w["pid"] for w in out["workers"]}) == 2
+
+    records = ResultStore(store_dir, "demo").read()
+    assert records.height == 42 and records["error"].null_count() == 42  # every sample, none failed
+    assert records.select(["cell_id", "sample_id"]).n_unique() == 42
+    assert records["nfe"].min() >= 1 and (records["tps"] > 0).all() and records["worker_id"].n_unique() == 2
+    assert set(json.loads(records["versions"][0])) >= {"python", "torch", "ray", "ripple-dllm"}
+    by_cell = records.group_by("cell_id").agg(
+        (pl.col("correct").cast(pl.Float64).mean() * 100).alias("accuracy"), pl.col("nfe").mean().alias("mean_nfe"),
+        (pl.col("generated_tokens").sum() / pl.col("decode_seconds").sum()).alias("tps"), pl.len().alias("n"))
+    expected = {r["cell_id"]: r for r in by_cell.iter_rows(named=True)}
+
+    client, runs = _mlflow_runs(store_dir, "demo")
+    assert client.get_experiment_by_name("demo").tags["mlflow.experimentKind"] == "custom_model_development"
+    assert len(runs) == 21 and {r.data.tags[CELL_TAG] for r in runs} == set(expected)
+    for run in runs:
+        cell = expected[run.data.tags[CELL_TAG]]
+        m, p = run.data.metrics, run.data.params
+        assert m["accuracy"] == pytest.approx(cell["accuracy"]) and m["mean_nfe"] == pytest.approx(cell["mean_nfe"])
+        assert m["tps"] == pytest.approx(cell["tps"]) and m["n"] == cell["n"] == 2
+        assert {"model", "task", "decoder", "gen_length", "block_length", "cache", "seed", "params"} <= set(p)
+        assert m["accuracy_lo"] <= m["accuracy"] <= m["accuracy_hi"]
+        if p["decoder"] == "default":
+            assert m["speedup"] == pytest.approx(1.0)
+        else:
+            assert "speedup" in m and "nfe_speedup" in m and 0 <= m["p_value"] <= 1
+        done = records.filter(pl.col("cell_id") == run.data.tags[CELL_TAG])
+        # the run spans the time its samples were computed, not the moment they were logged
+        assert run.info.end_time == int(done["finished_at"].max() * 1000)
+        assert run.info.start_time == int((done["finished_at"] - done["decode_seconds"]).min() * 1000)
+        if p["decoder"] == "rps":
+            assert p["decoder.lambda"] == "0.2"
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert artifacts == {"samples.parquet", "samples.csv"}
+    table = pl.read_parquet(client.download_artifacts(runs[0].info.run_id, "samples.parquet", str(tmp_path)))
+    assert table.height == 2 and set(table["cell_id"]) == {runs[0].data.tags[CELL_TAG]}
+
+    again = run_grid("demo", "--limit", "2", "--store", str(store_dir))  # resumes: nothing left to compute
+    assert (again["computed"], again["skipped"]) == (0, 42)
+    _, runs_again = _mlflow_runs(store_dir, "demo")
+    assert sorted(r.info.run_id for r in runs_again) == sorted(r.info.run_id for r in runs)  # updated, not duplicated

@@ -1,0 +1,190 @@
+"""Grid specs: every shipped spec validates; a malformed one is one clear line and exit 2, with
+nothing written; cell ids are stable hashes of the settings."""
+import pytest
+
+from ripple.cli import main
+from ripple.decoders import names
+from ripple.platform.experiments.spec import load_spec, parse_spec, shipped_specs
+from ripple.tasks import task_names
+
+BENCHMARKS = ["gsm8k", "math500", "humaneval", "mbpp"]
+PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
+
+
+def test_every_shipped_spec_validates():
+    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "paper-table1", "rps-ablation", "rps-tiny"]
+    for name in shipped_specs():
+        spec = load_spec(name)
+        assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
+        assert {c.decoder for c in spec.cells} <= set(names())
+
+
+def test_shipped_specs_have_the_issue_contents():
+    demo = load_spec("demo")
+    assert {c.model for c in demo.cells} == {"ripple-tiny"} and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
+    assert sorted({c.decoder for c in demo.cells}) == sorted(names()) and len(demo.cells) == 21
+    ablation = load_spec("rps-ablation")
+    rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
+    assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
+    assert {(c.gen_length, c.block_length, c.limit) for c in demo.cells} == {(48, 16, 50)}
+
+    table = load_spec("paper-table1")
+    assert sorted({c.model for c in table.cells}) == sorted(PAPER_MODELS)
+    assert sorted({c.task for c in table.cells}) == sorted(BENCHMARKS)
+    for model in PAPER_MODELS:  # all seven decoders for each model, RPS once with its tau_pivot
+        cells = [c for c in table.cells if c.model == model and c.task == "gsm8k"]
+        assert sorted(c.decoder for c in cells) == sorted(names())
+    assert {(c.gen_length, c.block_length) for c in table.cells} == {(256, 32)}
+    pivots = {c.model: dict(c.params)["tau_pivot"] for c in table.cells if c.decoder == "rps"}
+    assert pivots == {PAPER_MODELS[0]: 0.9, PAPER_MODELS[1]: 0.95}
+
+    # KLASS with the per-task settings of its release's scripts, for both models
+    klass = {(c.model, c.task): (dict(c.params)["tau"], dict(c.params)["kappa"], dict(c.params)["H"])
+             for c in table.cells if c.decoder == "klass"}
+    settings = {"gsm8k": (0.6, 0.015, 2), "math500": (0.6, 0.01, 2), "mbpp": (0.7, 0.01, 2), "humaneval": (0.9, 0.01, 2)}
+    assert klass == {(m, t): v for m in PAPER_MODELS for t, v in settings.items()}
+
+    assert {c.gen_length for c in load_spec("length-robustness").cells} == {128, 256, 512}
+    kv = load_spec("kv-cache")
+    assert {(c.decoder, c.cache) for c in kv.cells} >= {(d, k) for d in ("rps", "confidence") for k in ("none", "prefix")}
+
+
+def test_cell_ids_are_stable_hashes_of_the_settings():
+    base = {"models": ["ripple-tiny"], "tasks": ["arith"], "gen_lengths": [48], "block_lengths": [16]}
+    plain = parse_spec({**base, "decoders": ["confidence"]}, "t").cells[0]
+    explicit = parse_spec({**base, "decoders": [{"name": "confidence", "params": {"tau": 0.9}}]}, "t").cells[0]
+    other = parse_spec({**base, "decoders": [{"name": "confidence", "params": {"tau": 0.8}}]}, "t").cells[0]
+    limited = parse_spec({**base, "decoders": ["confidence"], "limit": 3}, "t").cells[0]
+    assert plain.cell_id == explicit.cell_id == limited.cell_id != other.cell_id
+    assert plain.cell_id == "2291ee73f73b122c"  # pinned: a changed hash would orphan every stored result
+
+
+def test_list_valued_hyperparameters_expand_and_limits_combine():
+    spec = parse_spec({"models": ["ripple-tiny"], "tasks": {"arith": {"limit": 7}, "pyfunc": None}, "limit": 20,
+                       "decoders": [{"name": "rps", "params": {"lambda": [0.1, 0.2], "k_max": 5}}],
+                       "gen_lengths": [48], "block_lengths": [16, 8], "caches": ["none", "prefix"]}, "t")
+    assert len(spec.cells) == 2 * 2 * 2 * 2
+    assert {c.label() for c in spec.cells} == {"rps(k_max=5, lambda=0.1)", "rps(k_max=5)"}
+    assert {(c.task, c.limit) for c in spec.cells} == {("arith", 7), ("pyfunc", 20)}
+    assert {(c.task, c.limit) for c in spec.with_limit(10).cells} == {("arith", 7), ("pyfunc", 10)}
+
+
+def test_per_task_hyperparameters_override_params_for_their_tasks():
+    spec = parse_spec({"models": ["ripple-tiny"], "tasks": ["arith", "pyfunc", "freefunc"], "gen_lengths": [48],
+                       "block_lengths": [16], "decoders": [
+                           {"name": "klass", "params": {"kappa": 0.02, "H": 3},
+                            "task_params": {"arith": {"tau": 0.6, "kappa": 0.015}, "pyfunc": {"tau": [0.7, 0.8]}}}]},
+                      "t")
+    got = sorted((c.task, dict(c.params)["tau"], dict(c.params)["kappa"], dict(c.params)["H"]) for c in spec.cells)
+    assert got == [("arith", 0.6, 0.015, 3), ("freefunc", 0.9, 0.02, 3), ("pyfunc", 0.7, 0.02, 3), ("pyfunc", 0.8, 0.02, 3)]
+    assert "klass per task: arith tau=0.6 kappa=0.015; pyfunc tau=0.7 kappa=0.02 | tau=0.8 kappa=0.02; " \
+           "freefunc tau=0.9 kappa=0.02" in spec.describe()
+
+
+GOOD = """models: [ripple-tiny]
+tasks: [arith]
+decoders: [default]
+gen_lengths: [48]
+block_lengths: [16]
+"""
+
+BAD = [
+    ("unknown decoder", GOOD.replace("[default]", "[default, confidense]"),
+     "unknown decoder 'confidense' (did you mean 'confidence'?); registered: default, confidence"),
+    ("bad hyperparameter value", GOOD.replace("[default]", "[{name: confidence, params: {tau: 1.5}}]"),
+     "confidence hyperparameter tau=1.5 is invalid; accepted: float in [0.0, 1.0]"),
+    ("unknown hyperparameter", GOOD.replace("[default]", "[{name: rps, params: {lamda: 0.1}}]"),
+     "decoder 'rps' has no hyperparameter 'lamda'; accepted: tau, tau_pivot, k_max, r, lambda"),
+    ("gen not divisible by block", GOOD.replace("[48]", "[50]"),
+     "gen_length 50 is not divisible by block_length 16; accepted block lengths: 1, 2, 5, 10, 25, 50"),
+    ("unknown key", GOOD + "decoder: [rps]\n", "unknown key 'decoder' (did you mean 'decoders'?); accepted: "),
+    ("unknown task", GOOD.replace("[arith]", "[gsm8", 1).replace("[gsm8", "[gsm8]"),
+     "unknown task 'gsm8' (did you mean 'gsm8k'?)"),
+    ("unknown model", GOOD.replace("[ripple-tiny]", "[ripple-tiny, ripple-huge]"),
+     "model 'ripple-huge' not found: give a checkpoint directory, a hub id (org/name) or an embedded name: ripple-tiny"),
+    ("unknown cache", GOOD + "caches: [full]\n", "unknown cache policy 'full'; accepted: none, prefix, dual"),
+    ("missing key", GOOD.replace("gen_lengths: [48]\n", ""), "missing key 'gen_lengths'"),
+    ("wrong type", GOOD.replace("[16]", "[sixteen]"), "'block_lengths' takes positive integers, got 'sixteen'"),
+    ("unreadable YAML", GOOD + "caches: [none\n", "is not valid YAML: "),
+    ("not a mapping", "- just\n- a list\n", "expected a mapping of keys"),
+    ("per-task task not in the grid", GOOD.replace("[default]", "[{name: klass, task_params: {gsm8k: {tau: 0.6}}}]"),
+     "decoder 'klass': task_params names task 'gsm8k', which is not in 'tasks': arith"),
+    ("per-task typo in a task", GOOD.replace("[default]", "[{name: klass, task_params: {arth: {tau: 0.6}}}]"),
+     "decoder 'klass': task_params names task 'arth' (did you mean 'arith'?), which is not in 'tasks': arith"),
+    ("per-task unknown hyperparameter", GOOD.replace("[default]", "[{name: klass, task_params: {arith: {kapa: 0.1}}}]"),
+     "decoder 'klass' has no hyperparameter 'kapa'; accepted: tau, kappa, H"),
+    ("per-task bad value", GOOD.replace("[default]", "[{name: klass, task_params: {arith: {tau: 2}}}]"),
+     "klass hyperparameter tau=2.0 is invalid; accepted: float in [0.0, 1.0]"),
+    ("per-task not a mapping", GOOD.replace("[default]", "[{name: klass, task_params: {arith: 0.6}}]"),
+     "decoder 'klass': 'task_params.arith' takes a mapping of hyperparameters, got 0.6"),
+    ("unknown choice", GOOD.replace("[default]", "[{name: eb_sampler, params: {order: entropie}}]"),
+     "eb_sampler hyperparameter order='entropie' is invalid; accepted: one of entropy, confidence"),
+    ("zero batch size", GOOD + "batch_size: 0\n",
+     "'batch_size' must be a positive number of samples per engine call (1 = one at a time), got 0"),
+    ("batch size list", GOOD + "batch_size: [1, 8]\n", "'batch_size' must be a positive number of samples"),
+]
+
+
+@pytest.mark.parametrize("case,text,message", BAD, ids=[b[0] for b in BAD])
+def test_malformed_spec_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, case, text, message):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(text)
+    store = tmp_path / "store"
+    assert main(["grid", str(spec), "--store", str(store)]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1, cap.err
+    assert cap.err.startswith(f"ripple grid: error: grid spec {spec}") and message in cap.err, cap.err
+    assert not store.exists()
+
+
+def test_missing_and_unreadable_spec_files(tmp_path, capsys):
+    assert main(["grid", str(tmp_path / "nope.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, kv-cache" in err
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
+    assert main(["grid", str(tmp_path / "binary.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read grid spec" in err
+    assert main(["grid", str(tmp_path)]) == 2  # a directory
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read grid spec" in err
+
+
+def test_dry_run_prints_the_plan_without_ray(capsys):
+    assert main(["grid", "paper-table1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "experiment paper-table1, 56 cells" in out and "rps(tau_pivot=0.95)" in out
+    assert ("klass per task: gsm8k tau=0.6 kappa=0.015; math500 tau=0.6 kappa=0.01; humaneval tau=0.9 kappa=0.01; "
+            "mbpp tau=0.7 kappa=0.01") in out
+
+
+def test_a_broken_local_checkpoint_fails_before_ray_starts(tmp_path, capsys):
+    (tmp_path / "ckpt").mkdir()
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD.replace("[ripple-tiny]", f"[{tmp_path / 'ckpt'}]"))
+    assert main(["grid", str(spec), "--store", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"checkpoint {tmp_path / 'ckpt'} has no config.json" in err
+    assert not (tmp_path / "store").exists()
+
+
+def test_batch_size_is_a_spec_key_and_a_flag_but_no_part_of_any_cell_id(tmp_path, capsys):
+    base = {"models": ["ripple-tiny"], "tasks": ["arith"], "gen_lengths": [48], "block_lengths": [16],
+            "decoders": ["confidence", "rps"]}
+    one, eight = parse_spec(base, "t"), parse_spec({**base, "batch_size": 8}, "t")
+    assert (one.batch_size, eight.batch_size, one.with_batch_size(4).batch_size) == (1, 8, 4)
+    # batching changes timing, never tokens: a sample keeps its key, so a grid resumes across batch sizes
+    assert [c.cell_id for c in one.cells] == [c.cell_id for c in eight.cells]
+    assert one.cells[0].cell_id == "2291ee73f73b122c"
+    assert main(["grid", "demo", "--batch-size", "8", "--dry-run"]) == 0
+    assert "batch size: 8" in capsys.readouterr().out
+    store = tmp_path / "store"
+    for bad in ("0", "-2"):
+        assert main(["grid", "demo", "--batch-size", bad, "--store", str(store)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"ripple grid: error: --batch-size must be a positive number of samples per engine call "
+                       f"(1 = one at a time), got {bad}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["grid", "demo", "--batch-size", "x"])
+    assert exc.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+    assert not store.exists()

@@ -1,0 +1,99 @@
+"""The shipped ripple-tiny checkpoint: loads like any checkpoint, runs every path, keeps its formats."""
+import ast
+import json
+import re
+
+import pytest
+
+from ripple.cli import main
+from ripple.decoders import build, get, names
+from ripple.platform.runtime.engine import GenerationConfig
+from ripple.platform.experiments.evaluate import evaluate_cell
+from ripple.platform.runtime.loading import EMBEDDED, load_model
+from ripple.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("ripple-tiny", "float32", "cpu")
+
+
+def test_checkpoint_is_small_and_in_llada_format(tiny):
+    path = EMBEDDED["ripple-tiny"]
+    assert (path / "model.safetensors").stat().st_size <= 25 * 2**20
+    assert json.loads((path / "config.json").read_text())["model_type"] == "llada"
+    assert (path / "README.md").exists()  # the model card
+    assert tiny.model_type == "llada" and tiny.tokenizer is not None
+    assert tiny.mask_id == tiny.tokenizer.mask_token_id and tiny.tokenizer.eos_token_id in tiny.eos_ids
+
+
+def test_generate_from_prompt_text(capsys):
+    prompt = "Q: Sam has 7 pens. He (a) buys 5 more, (b) gives away 3. How many now?\nA: "
+    assert main(["generate", "--model", "ripple-tiny", "--prompt", prompt, "--decoder", "default",
+                 "--gen-length", "48", "--block-length", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert re.fullmatch(r"a \d+[-+*]\d+=\d+\nb \d+[-+*]\d+=\d+\n#### \d+\n?", out["text"]), out["text"]
+    assert out["generated_tokens"] < 48 and out["nfe"] == 48
+
+
+def test_chat_needs_a_template(capsys):
+    assert main(["generate", "--model", "ripple-tiny", "--prompt", "hi", "--chat", "--decoder", "default",
+                 "--gen-length", "16", "--block-length", "16"]) == 2
+    assert "has no chat template" in capsys.readouterr().err
+
+
+def _is_function(text: str) -> bool:
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return False
+    return len(tree.body) == 1 and isinstance(tree.body[0], ast.FunctionDef)
+
+
+def test_the_shipped_model_solves_its_tasks(tiny):
+    """Floors well under the model card's 200-problem scores (arith 21.5 %, pyfunc 92 %): a broken
+    engine, tokenizer or checkpoint drops far below them."""
+    cfg = GenerationConfig(48, 16)
+    arith = evaluate_cell(tiny, get_task("arith"), build("default"), cfg, limit=40, progress=False)
+    assert sum(s.score["strict_extracted"] != "[invalid]" for s in arith.samples) >= 36  # writes "#### N"
+    assert arith.accuracy >= 5.0
+    pyfunc = evaluate_cell(tiny, get_task("pyfunc"), build("confidence"), cfg, limit=40, progress=False)
+    assert sum(_is_function(s.completion) for s in pyfunc.samples) >= 36
+    assert pyfunc.accuracy >= 75.0 and pyfunc.mean_nfe < 12
+
+
+def test_eval_command_json(capsys):
+    assert main(["eval", "--model", "ripple-tiny", "--task", "arith", "--decoder", "confidence", "--limit", "5",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n"] == 5 and {"accuracy", "mean_nfe", "tps", "canvas_tps"} <= out.keys()
+    assert 0 <= out["accuracy"] <= 100 and out["mean_nfe"] < 48
+
+
+def test_eval_bad_input(capsys):
+    assert main(["eval", "--model", "ripple-tiny", "--task", "arth", "--decoder", "default"]) == 2
+    assert "unknown task 'arth' (did you mean 'arith'?)" in capsys.readouterr().err
+    assert main(["eval", "--model", "ripple-tiny", "--task", "arith", "--decoder", "default", "--limit", "0"]) == 2
+    assert "--limit must be a positive" in capsys.readouterr().err
+
+
+def test_demo_prints_every_decoder(capsys):
+    assert main(["demo", "--limit", "2"]) == 0
+    table = capsys.readouterr().out
+    for name in names():
+        for task in ("arith", "pyfunc", "freefunc"):
+            assert f"| {task:<8} | {name:<11} |" in table
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+def test_every_decoder_runs_through_eval_and_generate_on_ripple_tiny(capsys, cache, tiny):
+    for name in names():
+        assert main(["eval", "--model", "ripple-tiny", "--task", "pyfunc", "--decoder", name, "--limit", "2",
+                     "--cache", cache, "--json"]) == 0, name
+        out = json.loads(capsys.readouterr().out)
+        assert out["n"] == 2 and 0 < out["mean_nfe"] <= 48, name
+        assert main(["generate", "--model", "ripple-tiny", "--prompt", "Write a function f(x) that returns x plus 3.\n",
+                     "--decoder", name, "--gen-length", "48", "--block-length", "16", "--cache", cache, "--json"]) == 0
+        gen = json.loads(capsys.readouterr().out)
+        assert len(gen["tokens"]) == 48 and tiny.mask_id not in gen["tokens"], name
+        assert gen["nfe"] <= 48 and (gen["lookahead_nfe"] > 0) == get(name).uses_lookahead

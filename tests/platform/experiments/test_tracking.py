@@ -1,0 +1,103 @@
+"""MLflow tracking on a real SQLite store: one run per cell, found and updated on re-logging,
+speedup only against a Default cell of the same settings; `ripple ui` serves it on localhost."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ripple.cli import main
+from ripple.platform.experiments.grid import plan, summarize
+from ripple.platform.experiments.spec import parse_spec
+from ripple.platform.experiments.store import ResultStore
+from ripple.platform.experiments.tracking import CELL_TAG, Tracker, tracking_uri
+
+from tests.platform.gridtools import env
+
+
+def _spec(decoders):
+    return parse_spec({"experiment": "t", "models": ["ripple-tiny"], "tasks": ["arith"], "limit": 3,
+                       "decoders": decoders, "gen_lengths": [48], "block_lengths": [16]}, "t.yaml")
+
+
+def _store(tmp_path, spec, nfe):
+    """Records as workers would send them: `nfe[decoder]` forwards and 0.5 s per sample."""
+    store = ResultStore(tmp_path, "t")
+    items = plan(spec)
+    store.append([it.record(nfe=nfe[it.cell.decoder], generated_tokens=20, decode_seconds=0.5 * nfe[it.cell.decoder] / 48,
+                            correct=i % 3 == 0, prompt_tokens=30, completion="x", tps=1.0, canvas_tps=1.0)
+                  for i, it in enumerate(items)])
+    return store, items
+
+
+def test_one_run_per_cell_updated_not_duplicated(tmp_path):
+    spec = _spec(["default", "confidence"])
+    store, items = _store(tmp_path, spec, {"default": 48, "confidence": 24})
+    sums = summarize(spec, items, store.read())
+    tracker = Tracker.open("t", tmp_path)
+    first = tracker.log_cells(sums, store.read(), spec.path)
+    second = Tracker.open("t", tmp_path).log_cells(sums, store.read(), spec.path)
+    assert first == second and len(first) == 2
+    client = MlflowClient(tracking_uri=tracking_uri(tmp_path))
+    runs = client.search_runs([tracker.experiment_id])
+    assert len(runs) == 2
+    conf = next(r for r in runs if r.data.params["decoder"] == "confidence")
+    assert conf.data.metrics["nfe_speedup"] == pytest.approx(2.0) and conf.data.metrics["speedup"] == pytest.approx(2.0)
+    assert conf.data.metrics["accuracy"] == pytest.approx(100 / 3) and conf.data.metrics["mean_nfe"] == 24
+    assert conf.data.params["decoder.tau"] == "0.9" and conf.info.status == "FINISHED"
+    assert conf.data.tags[CELL_TAG] == next(s.cell_id for s in sums if s.cell.decoder == "confidence")
+
+
+def test_no_speedup_without_a_default_cell_and_tracking_uri_override(tmp_path, monkeypatch):
+    spec = _spec(["confidence"])
+    store, items = _store(tmp_path, spec, {"confidence": 24})
+    sums = summarize(spec, items, store.read())
+    assert sums[0].speedup is None and "speedup" not in sums[0].metrics()
+    other = tmp_path / "elsewhere.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{other}")
+    Tracker.open("t", tmp_path).log_cells(sums, store.read())
+    assert other.exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ripple_ui_serves_the_store_on_localhost(tmp_path):
+    Tracker.open("ui-check", tmp_path)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "ripple.cli", "ui", "--store", str(tmp_path), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(), start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search"
+        deadline = time.time() + 90
+        while True:
+            try:
+                req = urllib.request.Request(url, data=json.dumps({"max_results": 10}).encode(),
+                                             headers={"Content-Type": "application/json"})
+                body = json.loads(urllib.request.urlopen(req, timeout=5).read())
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, proc.stderr.read() if proc.poll() else "timeout"
+                time.sleep(0.5)
+        assert "ui-check" in {e["name"] for e in body["experiments"]}
+        listening = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout
+        assert listening and all("127.0.0.1:" in line for line in listening.splitlines())  # localhost only
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_ripple_ui_without_a_store_is_one_line(tmp_path, capsys):
+    assert main(["ui", "--store", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no MLflow store at" in err
