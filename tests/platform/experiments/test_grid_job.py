@@ -73,10 +73,16 @@ def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
                              capture_output=True).returncode != 0:
             assert head.poll() is None and time.time() < deadline, "the Ray head did not come up"
             time.sleep(1)
-        job = subprocess.run(
-            _ray("job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", ".", "--",
-                 "ripple", "grid", "demo", "--limit", "1", "--store", str(store_dir), "--json"),
-            cwd=REPO, env=head_env, capture_output=True, text=True, timeout=600)
+        # the job API answers before the head's job agent registers (slowly on a loaded machine); Ray
+        # then refuses the submission with "No available agent ... try again later", so do as it says
+        while True:
+            job = subprocess.run(
+                _ray("job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", ".", "--",
+                     "ripple", "grid", "demo", "--limit", "1", "--store", str(store_dir), "--json"),
+                cwd=REPO, env=head_env, capture_output=True, text=True, timeout=600)
+            if "No available agent to submit job" not in job.stderr or time.time() > deadline:
+                break
+            time.sleep(2)
         assert job.returncode == 0, (job.stdout + job.stderr)[-4000:]
         assert "succeeded" in job.stdout, job.stdout[-3000:]
         summary = json.loads(next(ln for ln in job.stdout.splitlines() if ln.startswith('{"spec"')))
