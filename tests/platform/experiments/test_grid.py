@@ -63,7 +63,44 @@ def test_demo_grid_store_and_mlflow_agree(tmp_path):
     table = pl.read_parquet(client.download_artifacts(runs[0].info.run_id, "samples.parquet", str(tmp_path)))
     assert table.height == 2 and set(table["cell_id"]) == {runs[0].data.tags[CELL_TAG]}
 
+    _every_surface_gives_the_same_numbers(out, records, runs, tmp_path)
+
     again = run_grid("demo", "--limit", "2", "--store", str(store_dir))  # resumes: nothing left to compute
     assert (again["computed"], again["skipped"]) == (0, 42)
     _, runs_again = _mlflow_runs(store_dir, "demo")
     assert sorted(r.info.run_id for r in runs_again) == sorted(r.info.run_id for r in runs)  # updated, not duplicated
+
+
+def _every_surface_gives_the_same_numbers(grid_json: dict, records: pl.DataFrame, runs, tmp_path) -> None:
+    """One set of records through each surface: the grid's JSON, MLflow, the report's cells.csv, `ripple
+    eval`'s cell result and a sweep trial's metrics must agree to the last bit (they share metrics.py)."""
+    from ripple.dashboards.report import summarize_cells as report_cells
+    from ripple.platform.experiments.evaluate import CellResult, SampleResult
+    from ripple.platform.experiments.metrics import cell_metrics
+
+    keys = ("accuracy", "accuracy_lo", "accuracy_hi", "mean_nfe", "tps", "canvas_tps", "speedup", "speedup_lo",
+            "speedup_hi", "nfe_speedup", "p_value")
+    grid = {r["cell_id"]: r for r in grid_json["results"]}
+    mlflow = {r.data.tags[CELL_TAG]: r.data.metrics for r in runs}
+    report = {r["cell_id"]: r for r in report_cells(records).iter_rows(named=True)}
+    report_csv = tmp_path / "cells.csv"
+    report_cells(records).write_csv(report_csv)
+    csv = {r["cell_id"]: r for r in pl.read_csv(report_csv).iter_rows(named=True)}
+    base = {r["task"]: r["cell_id"] for r in grid_json["results"] if r["decoder"] == "default"}
+    for cid, g in grid.items():
+        rows = records.filter(pl.col("cell_id") == cid)
+        trial = cell_metrics(rows, records.filter(pl.col("cell_id") == base[g["task"]]) if g["decoder"] != "default"
+                             else None).metrics()
+        for k in keys:
+            if k not in g:
+                continue
+            assert mlflow[cid][k] == g[k] == report[cid][k], (cid, k)
+            assert csv[cid][k] == pytest.approx(g[k], rel=1e-12), (cid, k)  # CSV text round trip
+            if k in trial:
+                assert trial[k] == g[k], (cid, k)
+        samples = tuple(SampleResult(r["sample_id"], r["prompt_tokens"], r["completion"], r["correct"], {}, r["nfe"],
+                                     r["lookahead_nfe"], r["decode_seconds"], r["generated_tokens"], r["tps"],
+                                     r["canvas_tps"]) for r in rows.iter_rows(named=True))
+        ev = CellResult(samples, {"gen_length": g["gen_length"]}).summary()
+        for k in ("accuracy", "accuracy_lo", "accuracy_hi", "mean_nfe", "tps", "canvas_tps"):
+            assert ev[k] == g[k], (cid, k)
