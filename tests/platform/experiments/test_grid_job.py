@@ -64,10 +64,9 @@ def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
     head = subprocess.Popen(
         _ray("start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}", "--num-cpus=2",
              "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-             # the job agent's fixed default ports (52365, ...) may be held by another Ray on this host
-             # (a grid in another shell); then the head has no job agent and refuses every submission
-             *(f"--{opt}={_free_port()}" for opt in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-                                                     "metrics-export-port", "runtime-env-agent-port")),
+             # the job agent's fixed default port (52365) may be held by another Ray on this host (a grid
+             # in another shell); then the head has no job agent and refuses every submission
+             f"--dashboard-agent-listen-port={_free_port()}",
              f"--temp-dir={ray_tmp}"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=head_env, start_new_session=True)
     store_dir = tmp_path / "store"
