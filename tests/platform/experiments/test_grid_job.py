@@ -22,7 +22,7 @@ from ripple.platform.experiments.store import ResultStore
 from tests.platform.gridtools import env
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _free_port() -> int:
