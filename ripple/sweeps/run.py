@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RippleError
 import polars as pl
 
-from ..platform.experiments.grid import INTERVALS_NOTE, WorkerPool, connect_ray, planned_rows, pool_shape, root_cause, stream_items
+from ..errors import RippleError
+from ..platform.experiments.grid import (INTERVALS_NOTE, WorkerPool, connect_ray, planned_rows, pool_shape,
+                                         root_cause, stream_items)
 from ..platform.experiments.metrics import CellMetrics, cell_metrics, self_baseline
 from ..platform.experiments.spec import Cell
 from ..platform.experiments.store import ResultStore, dumps
