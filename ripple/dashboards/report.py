@@ -68,23 +68,17 @@ def stored_experiments(root: Path) -> list[str]:
 def summarize_cells(records: pl.DataFrame) -> pl.DataFrame:
     """One row per cell: its settings, label and the metrics module's numbers (intervals and the
     paired comparison with its Default cell included), in table order."""
-    from ..platform.experiments.metrics import BASELINE_DECODER, CellMetrics
+    from ..platform.experiments.metrics import CellMetrics, baseline_ids
     from ..platform.experiments.metrics import summarize_cells as cell_stats
     from ..platform.experiments.spec import Cell
 
     firsts = records.sort("cell_id", "sample_id").unique(subset="cell_id", keep="first", maintain_order=True)
     cells = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
-    base: dict[tuple, str] = {}
-    for cid, c in sorted(cells.items()):
-        if c.decoder == BASELINE_DECODER:
-            base.setdefault(c.baseline_key(), cid)
-    stats = cell_stats(records, {cid: base.get(c.baseline_key()) for cid, c in cells.items()})
-    metric_names = [f.name for f in dataclasses.fields(CellMetrics)]
-    rows = [{"cell_id": cid, **{k: r[k] for k in SETTING}, "label": cells[cid].label(),
-             **dataclasses.asdict(stats[cid])} for cid, r in zip(firsts["cell_id"], firsts.iter_rows(named=True))]
+    stats = cell_stats(records, baseline_ids(cells))
+    rows = [{"cell_id": r["cell_id"], **{k: r[k] for k in SETTING}, "label": cells[r["cell_id"]].label(),
+             **dataclasses.asdict(stats[r["cell_id"]])} for r in firsts.iter_rows(named=True)]
     schema = {"cell_id": pl.String, **{k: records.schema[k] for k in SETTING}, "label": pl.String,
-              **{k: (pl.Int64 if k in ("n", "errors", "correct", "generated_tokens", "shared") else pl.Float64)
-                 for k in metric_names}}
+              **{f.name: pl.Int64 if f.type.startswith("int") else pl.Float64 for f in dataclasses.fields(CellMetrics)}}
     frame = pl.DataFrame(rows, schema=schema)
     order = {name: i for i, name in enumerate(_decoder_order())}
     return (frame.with_columns(pl.col("decoder").replace_strict(order, default=len(order), return_dtype=pl.Int64)
@@ -295,7 +289,9 @@ def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:
 
 def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
     """Speedup vs default per task (grouped bars, one per decoder setting); None if nothing to show."""
-    rows = rows.filter(pl.col("speedup").is_not_null() & (pl.col("decoder") != "default"))
+    from ..platform.experiments.metrics import BASELINE_DECODER
+
+    rows = rows.filter(pl.col("speedup").is_not_null() & (pl.col("decoder") != BASELINE_DECODER))
     if rows.height == 0:
         return None
     tasks = rows["task"].unique(maintain_order=True).to_list()

@@ -27,6 +27,7 @@ from typing import Any
 
 
 from ..errors import RippleError
+from ..platform.experiments.metrics import BASELINE_DECODER
 from ..platform.experiments.spec import Cell, GridSpec, WorkerSpec, SpecParser, read_yaml_spec, shipped_names
 from ..platform.experiments.store import DecodeSettings, check_name
 from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
@@ -73,7 +74,7 @@ class SweepSpec(DecodeSettings):
     def baseline_cells(self) -> tuple[Cell, ...]:
         from ..decoders import get
 
-        return self.cells_for("default", get("default").Params().to_dict())
+        return self.cells_for(BASELINE_DECODER, get(BASELINE_DECODER).Params().to_dict())
 
     def grid_spec(self, cells: tuple[Cell, ...]) -> GridSpec:
         """`cells` as a grid spec, so the grid's summaries (and their speedup rules) apply unchanged."""
@@ -204,7 +205,7 @@ class _SweepParser(SpecParser):
         self.caches([cache])
         self.decoder_caches(decoder, [cache])
         if baseline:
-            self.decoder_caches("default", [cache])
+            self.decoder_caches(BASELINE_DECODER, [cache])
         seed = self.ints(raw.get("seed", 0), "seed")
         if len(seed) != 1:
             raise self.fail("a sweep takes one 'seed'")

@@ -26,7 +26,7 @@ import polars as pl
 
 from ...errors import RippleError
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
-from .metrics import BASELINE_DECODER, CellSummary, summarize_cells
+from .metrics import CellSummary, baseline_ids, summarize_cells
 from .store import KEY, ResultStore, SampleRecord
 from .workers import WorkItem
 
@@ -235,8 +235,7 @@ def summarize(spec: GridSpec, items: list[WorkItem], frame: pl.DataFrame) -> lis
     """Each cell's metrics over its planned samples in `frame` (the deduplicated store), in spec order."""
     rows = planned_rows(items, frame)
     cells = list(dict.fromkeys(it.cell for it in items)) or list(spec.cells)
-    base = {c.baseline_key(): c.cell_id for c in cells if c.decoder == BASELINE_DECODER}
-    stats = summarize_cells(rows, {c.cell_id: base.get(c.baseline_key()) for c in cells})
+    stats = summarize_cells(rows, baseline_ids({c.cell_id: c for c in cells}))
     return [CellSummary(c, stats[c.cell_id]) for c in spec.cells if c.cell_id in stats]
 
 

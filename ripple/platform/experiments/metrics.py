@@ -242,6 +242,16 @@ def _compare(ok: pl.DataFrame, base_ok: pl.DataFrame, mine: dict, seed: int) -> 
     return out
 
 
+def baseline_ids(cells: Mapping[str, "Cell"]) -> dict[str, str | None]:
+    """Each cell id's baseline: the id of the `default` cell with the same `Cell.baseline_key()` (model,
+    task and decode settings), or None when there is none (the lowest id if there are several)."""
+    base: dict[tuple, str] = {}
+    for cid, c in sorted(cells.items()):
+        if c.decoder == BASELINE_DECODER:
+            base.setdefault(c.baseline_key(), cid)
+    return {cid: base.get(c.baseline_key()) for cid, c in cells.items()}
+
+
 def self_baseline(m: CellMetrics) -> CellMetrics:
     """The baseline compared with itself: speedups exactly 1, nothing to test."""
     return replace(m, shared=m.n, speedup=1.0 if m.tps else None, nfe_speedup=1.0 if m.mean_nfe else None)
