@@ -51,6 +51,11 @@ class TrainConfig:
     snapshot_every: int = 2000  # log these checkpoints' weight sha256 to training/snapshots.jsonl
     log_every: int = 10
 
+    def __post_init__(self):
+        if len(self.mix) != len(self.tasks) or min(self.mix) < 1:
+            raise RippleError(f"mix {','.join(map(str, self.mix))} needs one positive count for each of the tasks "
+                              f"{', '.join(self.tasks)}")
+
 
 def stream_source(mix: tuple[int, ...], k: int) -> tuple[int, int]:
     """(task number, index in that task's train split) of example k of the training stream."""
@@ -68,8 +73,6 @@ class Batcher:
     def __init__(self, cfg: TrainConfig, tokenizer, mask_id: int, eos_id: int, pad_id: int):
         from ...tasks import get_task
 
-        if len(cfg.mix) != len(cfg.tasks) or min(cfg.mix) < 1:
-            raise RippleError(f"mix {cfg.mix} must give a positive count for each of the tasks {cfg.tasks}")
         self.cfg, self.tok = cfg, tokenizer
         self.tasks = [get_task(t) for t in cfg.tasks]
         self.mask_id, self.eos_id, self.pad_id = mask_id, eos_id, pad_id
@@ -118,25 +121,27 @@ def model_config(cfg: TrainConfig, vocab: int) -> TransformerConfig:
                              n_kv_heads=cfg.n_heads, mlp_hidden=cfg.mlp_hidden, rope_theta=10000.0, norm_eps=1e-5)
 
 
+def checkpoint_bytes(model: torch.nn.Module) -> bytes:
+    """The weights as `model.safetensors` holds them: LLaDA's key names, float32."""
+    from safetensors.torch import save
+
+    tensors = {checkpoint_key(k): v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    return save(tensors, metadata={"format": "pt"})
+
+
 def export(model: DiffusionTransformer, out: Path, tokenizer, ids: dict, max_positions: int) -> None:
     """Write a Hugging Face format directory in LLaDA's own format."""
-    from safetensors.torch import save_file
-
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {checkpoint_key(k): v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
-    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    (out / "model.safetensors").write_bytes(checkpoint_bytes(model))
     cfg = checkpoint_config(model.cfg, max_positions=max_positions, **ids)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     tokenizer.save_pretrained(str(out))
 
 
 def weights_sha256(model: torch.nn.Module) -> str:
-    """sha256 of the weights as `export` writes them (a safetensors file), so two runs can be
-    compared bit for bit without their optimiser state or timings."""
-    from safetensors.torch import save
-
-    tensors = {checkpoint_key(k): v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
-    return hashlib.sha256(save(tensors, metadata={"format": "pt"})).hexdigest()
+    """sha256 of `model.safetensors` as `export` would write it now, so two runs can be compared bit
+    for bit without their optimiser state or timings."""
+    return hashlib.sha256(checkpoint_bytes(model)).hexdigest()
 
 
 def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=print, stop_at: int | None = None) -> dict:
