@@ -231,11 +231,14 @@ def planned_rows(items: list[WorkItem], frame: pl.DataFrame) -> pl.DataFrame:
     return frame.join(planned, on=KEY, how="semi")
 
 
-def summarize(spec: GridSpec, items: list[WorkItem], frame: pl.DataFrame) -> list[CellSummary]:
-    """Each cell's metrics over its planned samples in `frame` (the deduplicated store), in spec order."""
+def summarize(spec: GridSpec, items: list[WorkItem], frame: pl.DataFrame, only: set[str] | None = None
+              ) -> list[CellSummary]:
+    """Each cell's metrics over its planned samples in `frame` (the deduplicated store), in spec order;
+    with `only`, just those cells (the others of `items` still serve as their baselines)."""
     rows = planned_rows(items, frame)
     cells = list(dict.fromkeys(it.cell for it in items)) or list(spec.cells)
-    stats = summarize_cells(rows, baseline_ids({c.cell_id: c for c in cells}))
+    bases = baseline_ids({c.cell_id: c for c in cells})
+    stats = summarize_cells(rows, {cid: b for cid, b in bases.items() if only is None or cid in only})
     return [CellSummary(c, stats[c.cell_id]) for c in spec.cells if c.cell_id in stats]
 
 
@@ -309,7 +312,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
         if tracker is not None and finished:
             frame = store.read()
             complete = [it for it in items if per_cell[it.cell.cell_id] <= 0]  # speedup needs Default's cell
-            tracker.log_cells([x for x in summarize(spec, complete, frame) if x.cell_id in finished], frame, spec.path)
+            tracker.log_cells(summarize(spec, complete, frame, only=finished), frame, spec.path)
         bar.set_description(_progress_text(run, per_cell, total), refresh=False)
         bar.update(len(records))
 
