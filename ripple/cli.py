@@ -10,6 +10,13 @@ from typing import Sequence
 
 from .errors import RippleError
 
+
+def _shipped(folder: str) -> str:
+    """The shipped specs in a package folder, for --help; globbed here because importing the
+    spec modules would load torch for every command."""
+    return ", ".join(sorted(p.stem for p in (Path(__file__).parent / folder).glob("*.yaml")))
+
+
 EXIT_USAGE = 2
 
 
@@ -449,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("grid", help="run a grid spec on Ray workers into the result store and MLflow",
                        epilog=_EPILOG["grid"], formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("spec", help="grid spec YAML, or a shipped spec name: demo, paper-table1, length-robustness, kv-cache")
+    r.add_argument("spec", help=f"grid spec YAML, or a shipped spec name: {_shipped('platform/experiments/grids')}")
     r.add_argument("--experiment", default=None, help="experiment name (default: the spec's `experiment`)")
     add_store_args(r)
     r.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
@@ -467,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="Ray Tune over a decoder's hyperparameters; names the Pareto front",
                         epilog=_EPILOG["sweep"], formatter_class=argparse.RawDescriptionHelpFormatter)
-    sw.add_argument("spec", help="sweep spec YAML, or a shipped spec name: tiny-demo, rps-lambda, rps-table3")
+    sw.add_argument("spec", help=f"sweep spec YAML, or a shipped spec name: {_shipped('sweeps/specs')}")
     sw.add_argument("--experiment", default=None, help="experiment name (default: the spec's `experiment`, "
                     "else sweep-SPECNAME)")
     add_store_args(sw)

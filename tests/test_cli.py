@@ -142,3 +142,15 @@ def test_a_bad_store_is_one_line_from_the_command_line():
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"ripple grid: error: --store {UNWRITABLE} (to be created): cannot write in /proc")
+
+
+@pytest.mark.parametrize("command", ["grid", "sweep"])
+def test_help_names_every_shipped_spec(capsys, command):
+    from ripple.platform.experiments.spec import GRIDS_DIR, shipped_names
+    from ripple.sweeps.spec import SPECS_DIR
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # undo argparse's wrapping
+    for name in shipped_names(GRIDS_DIR if command == "grid" else SPECS_DIR):
+        assert name in text, name
