@@ -30,8 +30,8 @@ from typing import Any
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.grid import (INTERVALS_NOTE, WorkerPool, connect_ray, planned_rows, pool_shape,
-                                         root_cause, stream_items)
+from ..platform.experiments.grid import (INTERVALS_NOTE, WorkerPool, connect_ray, model_digests, planned_rows,
+                                         pool_shape, root_cause, stream_items)
 from ..platform.experiments.metrics import CellMetrics, cell_metrics, self_baseline
 from ..platform.experiments.spec import Cell
 from ..platform.experiments.store import ResultStore, dumps
@@ -181,6 +181,8 @@ def run_sweep(spec: SweepSpec, store_dir: str | os.PathLike, *, tracking_uri: st
         tracker = Tracker.open(spec.experiment, store.root, tracking_uri)
     examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit in spec.tasks}
     store.compact()  # merge what an interrupted run left, before trials add their part files
+    store.check_weights(model_digests([spec.model]),
+                        "give a new --experiment (a sweep resumes from what its experiment stores)")
     done = frozenset(store.done_keys())
     started_here = connect_ray()
     try:

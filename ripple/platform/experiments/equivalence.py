@@ -133,7 +133,7 @@ def check(model: str = "ripple-tiny", caches: Sequence[str] = CACHES, batch_size
     from ...tasks import get_task
     from .demo import demo_spec
     from .evaluate import run_batch
-    from ..runtime.loading import load_model
+    from ..runtime.loading import load_model, weights_digest
 
     lm = load_model(model, dtype="float32", device=device)
     engine = Engine.from_loaded(lm)
@@ -170,20 +170,6 @@ def check(model: str = "ripple-tiny", caches: Sequence[str] = CACHES, batch_size
         result.seconds = time.perf_counter() - started
         report.caches.append(result)
     return report
-
-
-def weights_digest(path) -> str:
-    """First 12 hex digits of the sha256 over the checkpoint's weight files, in name order."""
-    import hashlib
-
-    from ..runtime.loading import weight_files
-
-    h = hashlib.sha256()
-    for f in sorted(weight_files(path)):
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------- explaining a difference

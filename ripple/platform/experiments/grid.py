@@ -20,7 +20,7 @@ import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import polars as pl
 
@@ -80,6 +80,13 @@ def plan(spec: GridSpec, experiment: str | None = None, run_id: str | None = Non
             examples[key] = tasks[cell.task].examples(cell.split, cell.limit)
         items += [WorkItem(experiment, run_id, cell, ex) for ex in examples[key]]
     return items
+
+
+def model_digests(models: Iterable[str]) -> dict[str, str | None]:
+    """The weights digest of each model as the driver sees it now (None for a hub id)."""
+    from ..runtime.loading import local_weights_digest
+
+    return {m: local_weights_digest(m) for m in sorted(set(models))}
 
 
 # ---------------------------------------------------------------------------- Ray
@@ -255,6 +262,7 @@ def run_grid(spec: GridSpec, store_dir: str | os.PathLike, *, experiment: str | 
     if fresh:
         store.clear()
     store.compact()  # merge what a killed run left behind
+    store.check_weights(model_digests(c.model for c in spec.cells), "re-run with --fresh to recompute them, or give a new --experiment")
     done = store.done_keys()
     todo = [it for it in items if it.key not in done]
     run = GridRun(spec, store, run_id, len(items), len(items) - len(todo), 0)

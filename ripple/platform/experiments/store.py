@@ -17,7 +17,7 @@ import re
 import uuid
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable, get_type_hints
+from typing import Any, Iterable, Mapping, get_type_hints
 
 import polars as pl
 
@@ -70,6 +70,7 @@ class SampleRecord(DecodeSettings):
     worker_id: str | None = None
     hardware: str | None = None
     versions: str | None = None  # JSON: python, torch, ray, transformers, ripple
+    weights: str | None = None  # weights_digest of the checkpoint that decoded it (None: stored before records carried it)
     run_id: str | None = None  # the driver invocation that computed this record
     finished_at: float | None = None  # unix seconds when the worker finished the sample
     # Throughput mode: the sample was decoded in one engine call with up to `batch_size` samples of
@@ -99,7 +100,7 @@ def _schema() -> dict[str, pl.DataType]:
 SCHEMA: dict[str, pl.DataType] = _schema()
 KEY = ["cell_id", "sample_id"]
 # columns added after stores were first written, with the value a record written before them means
-ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None}
+ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None}
 
 
 def _conform(frame: pl.DataFrame) -> pl.DataFrame:
@@ -172,6 +173,21 @@ class ResultStore:
         """Keys stored without error: a re-run skips these (and retries failed samples)."""
         frame = self.read_all().filter(pl.col("error").is_null()).select(KEY).unique()
         return set(zip(frame["cell_id"].to_list(), frame["sample_id"].to_list()))
+
+    def check_weights(self, digests: Mapping[str, str | None], remedy: str) -> None:
+        """Refuse to resume over samples that other weights decoded (a retrained ripple-tiny, an
+        overwritten checkpoint directory): the run would mix two models' results under one cell id.
+        `digests` maps a model name to its weights digest now; None (a hub id) is not checked."""
+        frame = self.read_all().filter(pl.col("error").is_null())
+        for model, digest in digests.items():
+            if digest is None:
+                continue
+            other = frame.filter((pl.col("model") == model)
+                                 & (pl.col("weights").is_null() | (pl.col("weights") != digest)))
+            if other.height:
+                seen = ", ".join(sorted({w or "unrecorded" for w in other["weights"].to_list()}))
+                raise RippleError(f"experiment {self.experiment!r} holds {other.height} samples of {model} decoded "
+                                  f"by other weights ({seen}; {model} is now {digest}): {remedy}")
 
     def compact(self) -> None:
         """Merge the small part files into one compact file (idempotent, crash-safe by dedup on read)."""

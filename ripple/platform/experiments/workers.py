@@ -95,7 +95,7 @@ class SampleWorker:
         import torch
 
         from ..runtime.engine import Engine
-        from ..runtime.loading import load_model
+        from ..runtime.loading import load_model, weights_digest
 
         if threads:
             torch.set_num_threads(threads)  # a CPU worker uses exactly the cores it was given
@@ -107,12 +107,14 @@ class SampleWorker:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.hardware = hardware(self.lm.device)
         self.versions = dumps(library_versions())
+        self.weights = weights_digest(self.lm.path)  # stamped on every record: which checkpoint decoded it
         self._tasks: dict[str, Any] = {}
         self._decode = threading.Lock()
 
     def info(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id, "pid": os.getpid(), "model": self.lm.name,
-                "device": str(self.lm.device), "hardware": self.hardware}
+                "device": str(self.lm.device), "hardware": self.hardware,
+                "weights": self.weights}
 
     def _task(self, name: str):
         if name not in self._tasks:
@@ -141,7 +143,8 @@ class SampleWorker:
         if not items:
             return []
         cell = items[0].cell
-        where = {"worker_id": self.worker_id, "hardware": self.hardware, "versions": self.versions}
+        where = {"worker_id": self.worker_id, "hardware": self.hardware, "versions": self.versions,
+                 "weights": self.weights}
         batch = {"batch_size": batch_size or len(items), "batch_id": uuid.uuid4().hex[:16]}
         try:
             if any(it.cell.cell_id != cell.cell_id for it in items):

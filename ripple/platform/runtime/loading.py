@@ -130,6 +130,29 @@ def weight_files(path: Path) -> list[Path]:
     raise RippleError(f"checkpoint {path} has no *.safetensors weights (only safetensors checkpoints load)")
 
 
+def weights_digest(path: Path) -> str:
+    """First 12 hex digits of the sha256 over a checkpoint's weight files, in name order: what
+    stored samples and the batch-equivalence report name a model's weights by, so results of a
+    retrained model never pass for the old one's. Reads every byte (about 20 s for 16 GB)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(weight_files(path)):
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:12]
+
+
+def local_weights_digest(name: str) -> str | None:
+    """`weights_digest` of an embedded model or a local checkpoint directory; None for a hub id,
+    which only workers resolve (the driver does not download it)."""
+    if name in EMBEDDED:
+        return weights_digest(resolve_model_dir(name))
+    path = Path(name).expanduser()
+    return weights_digest(path) if path.is_dir() else None
+
+
 def _load_weights(model: DiffusionTransformer, files: list[Path], rename, tied: bool, device, dtype) -> None:
     from safetensors import safe_open
     from safetensors import SafetensorError

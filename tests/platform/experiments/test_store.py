@@ -89,3 +89,18 @@ def test_a_store_written_before_batches_reads_as_batch_1_and_compacts_with_new_p
     store.compact()  # old and new part files merge into one file of the current schema
     assert len(store.files()) == 1 and store.read().equals(frame)
     assert set(pl.read_parquet(store.files()[0]).columns) == set(SCHEMA)
+
+
+def test_check_weights_refuses_samples_other_weights_decoded(tmp_path):
+    store = ResultStore(tmp_path, "exp")
+    store.append([rec(sample="s1", weights="aaa"), rec(sample="s2", weights="aaa"),
+                  rec(sample="s3", model="org/hub", weights="zzz"), rec(sample="s4", weights="bbb", error="boom")])
+    store.check_weights({"m": "aaa", "org/hub": None}, "use --fresh")  # same weights; hub ids unchecked; errors retried
+    with pytest.raises(RippleError, match=r"^experiment 'exp' holds 2 samples of m decoded by other weights "
+                                          r"\(aaa; m is now ccc\): use --fresh$"):
+        store.check_weights({"m": "ccc"}, "use --fresh")
+    store.append([rec(sample="s5")])  # a record stored before records carried a digest
+    with pytest.raises(RippleError, match=r"holds 3 samples of m decoded by other weights \(aaa, unrecorded;"):
+        store.check_weights({"m": "ccc"}, "use --fresh")
+    with pytest.raises(RippleError, match=r"holds 1 samples of m .*\(unrecorded; m is now aaa\)"):
+        store.check_weights({"m": "aaa"}, "use --fresh")
