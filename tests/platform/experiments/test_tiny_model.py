@@ -56,7 +56,7 @@ def test_the_shipped_model_solves_its_tasks(tiny):
     cfg = GenerationConfig(48, 16)
     arith = evaluate_cell(tiny, get_task("arith"), build("default"), cfg, limit=40, progress=False)
     assert sum(s.score["strict_extracted"] != "[invalid]" for s in arith.samples) >= 36  # writes "#### N"
-    assert arith.accuracy >= 5.0
+    assert arith.accuracy >= 50.0  # 86 % on 200 (v3)
     pyfunc = evaluate_cell(tiny, get_task("pyfunc"), build("confidence"), cfg, limit=40, progress=False)
     assert sum(_is_function(s.completion) for s in pyfunc.samples) >= 36
     assert pyfunc.accuracy >= 75.0 and pyfunc.mean_nfe < 12
