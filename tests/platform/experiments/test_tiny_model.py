@@ -50,6 +50,7 @@ def _is_function(text: str) -> bool:
     return len(tree.body) == 1 and isinstance(tree.body[0], ast.FunctionDef)
 
 
+@pytest.mark.slow
 def test_the_shipped_model_solves_its_tasks(tiny):
     """Floors well under the model card's 200-problem scores: a broken
     engine, tokenizer or checkpoint drops far below them."""
