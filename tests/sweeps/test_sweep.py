@@ -160,3 +160,19 @@ def test_optuna_search_runs_on_the_shared_workers(ray_local, tmp_path):
     assert all(isinstance(dict(t.params)["k_max"], int) for t in run.trials)
     assert run.parent_run_id is None and run.baseline is None and run.best in {t.trial_id for t in run.trials}
     assert not math.isnan(run.trials[0].agg.tps)
+
+
+def test_a_sweep_refuses_samples_of_other_weights_before_ray_starts(tmp_path, monkeypatch):
+    from ripple.errors import RippleError
+    from ripple.platform.experiments.store import SampleRecord
+    from ripple.sweeps.spec import load_sweep_spec
+
+    spec = load_sweep_spec("tiny-demo").with_overrides(experiment="stale", limit=1)
+    fields = dict(experiment="stale", cell_id="c", sample_id="s", model=spec.model, task="arith", decoder="rps",
+                  params="{}", gen_length=48, block_length=16, cache="none", seed=0, dtype="float32", chat=False,
+                  split="test", stop_at_eos=False, nfe=5, correct=True, finished_at=1.0, weights="000000000000")
+    ResultStore(tmp_path, "stale").append([SampleRecord(**fields)])
+    monkeypatch.setattr("ripple.sweeps.run.connect_ray", lambda: pytest.fail("Ray started before the weights check"))
+    with pytest.raises(RippleError, match=r"holds 1 samples of ripple-tiny decoded by other weights \(000000000000; "
+                                          r"ripple-tiny is now [0-9a-f]{12}\): give a new --experiment"):
+        run_sweep(spec, tmp_path, track=False, progress=False)
