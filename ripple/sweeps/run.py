@@ -181,15 +181,15 @@ def run_sweep(spec: SweepSpec, store_dir: str | os.PathLike, *, tracking_uri: st
         tracker = Tracker.open(spec.experiment, store.root, tracking_uri)
     examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit in spec.tasks}
     store.compact()  # merge what an interrupted run left, before trials add their part files
-    store.check_weights(model_digests([spec.model]),
-                        "give a new --experiment (a sweep resumes from what its experiment stores)")
+    digests = model_digests([spec.model])
+    store.check_weights(digests, "give a new --experiment (a sweep resumes from what its experiment stores)")
     done = frozenset(store.done_keys())
     started_here = connect_ray()
     try:
         per_trial = sum(len(v) for v in examples.values())
         count, cpus, gpus = pool_shape(spec.workers, workers, per_trial * max(1, spec.trial_count()))
         pool = _NoPool() if _all_stored(spec, examples, done) else \
-            WorkerPool(spec.model, spec.dtype, spec.data_dir, spec.workers, count, cpus, gpus)
+            WorkerPool(spec.model, spec.dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[spec.model])
         run.workers = pool.infos
         try:
             ctx = _Context(spec, str(store.root), run.sweep_id, examples, done, None)

@@ -129,15 +129,15 @@ class WorkerPool:
     restarts are exhausted is set to None and gets no more samples."""
 
     def __init__(self, model: str, dtype: str, data_dir: str | None, workers: WorkerSpec, count: int,
-                 cpus: float, gpus: float):
+                 cpus: float, gpus: float, weights: str | None = None):
         import ray
 
         from .workers import ray_worker_class
 
         cls = ray_worker_class(cpus, gpus, workers.max_restarts, concurrency=DEPTH)
         device = "cuda" if gpus else "cpu"
-        self.actors = [cls.remote(model, dtype=dtype, device=device, threads=max(1, int(cpus)), data_dir=data_dir)
-                       for _ in range(count)]
+        self.actors = [cls.remote(model, dtype=dtype, device=device, threads=max(1, int(cpus)), data_dir=data_dir,
+                                  weights=weights) for _ in range(count)]
         try:
             # one get waits for every model load; no retries: a worker that cannot load its model never will
             self.infos = ray.get([a.info.options(max_task_retries=0).remote() for a in self.actors])
@@ -262,7 +262,8 @@ def run_grid(spec: GridSpec, store_dir: str | os.PathLike, *, experiment: str | 
     if fresh:
         store.clear()
     store.compact()  # merge what a killed run left behind
-    store.check_weights(model_digests(c.model for c in spec.cells), "re-run with --fresh to recompute them, or give a new --experiment")
+    digests = model_digests(c.model for c in spec.cells)
+    store.check_weights(digests, "re-run with --fresh to recompute them, or give a new --experiment")
     done = store.done_keys()
     todo = [it for it in items if it.key not in done]
     run = GridRun(spec, store, run_id, len(items), len(items) - len(todo), 0)
@@ -272,7 +273,7 @@ def run_grid(spec: GridSpec, store_dir: str | os.PathLike, *, experiment: str | 
 
         tracker = Tracker.open(experiment, Path(store_dir), tracking_uri)
     if todo:
-        _execute(run, items, todo, tracker, progress, workers)
+        _execute(run, items, todo, tracker, progress, workers, digests)
     run.summaries = summarize(spec, items, store.read())
     if tracker is not None and run.summaries:
         tracker.log_cells(run.summaries, store.read(), spec.path)
@@ -296,7 +297,7 @@ def summary_json(spec: GridSpec, run: GridRun | None = None) -> str:
 
 
 def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker, progress: bool,
-             workers: int | None) -> None:
+             workers: int | None, digests: dict[str, str | None]) -> None:
     """Stream `todo` through one worker pool per (model, dtype), storing each batch of records as it
     arrives and logging each cell to MLflow once its last sample is stored."""
     from ...progress import progress as progress_bar
@@ -334,7 +335,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
         for (model, dtype), group in groups.items():
             t0 = time.perf_counter()
             count, cpus, gpus = pool_shape(spec.workers, workers, len(batches(group, spec.batch_size)))
-            pool = WorkerPool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus)
+            pool = WorkerPool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[model])
             run.workers += pool.infos
             t1 = time.perf_counter()
             run.startup_seconds += t1 - t0

@@ -91,7 +91,7 @@ class SampleWorker:
     code tasks runs a sandboxed program, overlaps the next batch's decoding."""
 
     def __init__(self, model: str, dtype: str = "auto", device: str = "auto", threads: int | None = None,
-                 data_dir: str | None = None):
+                 data_dir: str | None = None, weights: str | None = None):
         import torch
 
         from ..runtime.engine import Engine
@@ -107,7 +107,9 @@ class SampleWorker:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.hardware = hardware(self.lm.device)
         self.versions = dumps(library_versions())
-        self.weights = weights_digest(self.lm.path)  # stamped on every record: which checkpoint decoded it
+        # stamped on every record: which checkpoint decoded it. The driver passes the digest it took of a
+        # local checkpoint (no second read of every weight byte per worker); a hub download is digested here.
+        self.weights = weights or weights_digest(self.lm.path)
         self._tasks: dict[str, Any] = {}
         self._decode = threading.Lock()
 
