@@ -151,6 +151,9 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--stop-at-eos", action="store_true",
                    help="stop after the block in which an end-of-sequence token was committed")
+    p.add_argument("--eos-early-stop", action="store_true",
+                   help="stop right after a step that commits an end-of-sequence token with no mask before it "
+                        "(LLaDA2's eos_early_stop: same tokens, fewer forwards)")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -160,7 +163,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .platform.runtime.loading import config_mask_id, load_model
 
     decoder = build(args.decoder, parse_settings(args.set))
-    config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos)
+    config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
+                              args.eos_early_stop)
     ids = parse_ids(args.input_ids) if args.input_ids is not None else None
     if ids is not None:
         refuse_mask(ids, config_mask_id(args.model))  # before the weights load
@@ -212,7 +216,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.samples_out:
         writable_file(args.samples_out, "--samples-out")
     decoder = build(args.decoder, parse_settings(args.set))
-    config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos)
+    config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
+                              args.eos_early_stop)
     if args.limit is not None and args.limit < 1:
         raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
     task = get_task(args.task, data_dir=args.data_dir)

@@ -26,6 +26,9 @@ class TokenCache:
     def select(self, rows):
         return TokenCache(self.tokens[rows], self.positions[rows])
 
+    def truncate(self, n):
+        return TokenCache(self.tokens[:, :n], self.positions[:, :n])
+
 
 @dataclass
 class _Out:

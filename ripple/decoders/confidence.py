@@ -1,12 +1,22 @@
 """`confidence`: Fast-dLLM parallel decoding. Threshold rule: the most confident masked
 position plus every other with top-1 probability >= tau. Factor rule (when `factor` > 0):
-the largest n whose sorted confidences satisfy c_k >= 1 - factor / (k + 1) for k = 1..n."""
+the largest n whose sorted confidences satisfy c_k >= 1 - factor / (k + 1) for k = 1..n.
+
+`steps` = S > 0 is LLaDA2's rule (inclusionAI's `generate`, threshold decoding with a
+per-step minimum): step s of a block must commit at least k_s = block_length // S tokens,
+plus one for the first block_length mod S steps (block_length in all over S steps); if at
+least k_s masked positions have top-1 probability > tau (strict, as there) all of them
+commit, else the k_s most confident do (ties: lower position). With S = block_length every
+k_s is 1 and the rule is the threshold rule. The reference's `generate(steps, threshold,
+minimal_topk)` is steps = min(steps, gen_length // minimal_topk), tau = threshold.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
+from ..errors import RippleError
 from .base import BlockState, Commit, Plan, Scheduler, greedy, top1_index
 from .params import HyperParams, hp
 from .registry import register
@@ -16,6 +26,14 @@ from .registry import register
 class ConfidenceParams(HyperParams):
     tau: float = hp(0.9, 0.0, 1.0, doc="commit every masked position with top-1 probability >= tau")
     factor: float = hp(0.0, 0.0, None, doc="> 0 switches to Fast-dLLM's factor rule with this factor")
+    steps: int = hp(0, 0, None, doc="> 0: LLaDA2's per-step minimum, block_length // steps commits per step "
+                    "(+1 for the first block_length % steps steps)", new=True)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.factor > 0 and self.steps > 0:
+            raise RippleError(f"confidence hyperparameters factor={self.factor} and steps={self.steps} are two "
+                              "rules; accepted: at most one of them > 0")
 
 
 def threshold_commit(state: BlockState, tau: float) -> Commit:
@@ -36,7 +54,21 @@ class Confidence(Scheduler):
     def step(self, state: BlockState) -> Plan:
         if self.params.factor > 0:
             return Plan(self._factor(state))
+        if self.params.steps > 0:
+            return Plan(self._scheduled(state))
         return Plan(threshold_commit(state, self.params.tau))
+
+    def _scheduled(self, state: BlockState) -> Commit:
+        L, S = state.tokens.shape[0], self.params.steps
+        k = L // S + (1 if state.step < L % S else 0)  # this step's minimum
+        tokens, conf = greedy(state)  # conf -inf where decoded
+        n_masked = int(state.masked.sum())
+        k = max(1, min(k, n_masked))
+        sure = (conf > self.params.tau).nonzero().squeeze(-1)
+        if sure.numel() >= k:
+            return Commit(sure, tokens[sure])
+        pos = torch.sort(conf, descending=True, stable=True).indices[:k]
+        return Commit(pos, tokens[pos])
 
     def _factor(self, state: BlockState) -> Commit:
         tokens, conf = greedy(state)

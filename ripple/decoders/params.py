@@ -10,9 +10,13 @@ from typing import Any, ClassVar
 from ..errors import RippleError
 
 
-def hp(default, lo=None, hi=None, *, lo_open=False, hi_open=False, name=None, doc="", search=None):
-    """A hyperparameter field with its accepted range [lo, hi] (open ends when *_open)."""
-    meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "name": name, "doc": doc, "search": search}
+def hp(default, lo=None, hi=None, *, lo_open=False, hi_open=False, name=None, doc="", search=None, new=False):
+    """A hyperparameter field with its accepted range [lo, hi] (open ends when *_open).
+
+    `new`: added after result stores existed; at its default it is left out of cell ids
+    (`HyperParams.id_dict`), so the cells of those stores keep their ids."""
+    meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "name": name, "doc": doc, "search": search,
+            "new": new}
     return field(default=default, metadata=meta)
 
 
@@ -94,6 +98,11 @@ class HyperParams:
 
     def to_dict(self) -> dict[str, Any]:
         return {public_name(f): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def id_neutral(cls) -> dict[str, Any]:
+        """Hyperparameters added later (`hp(new=True)`) -> their defaults: at that value a cell id omits them."""
+        return {public_name(f): f.default for f in dataclasses.fields(cls) if f.metadata.get("new")}
 
 
 def public_name(f: dataclasses.Field) -> str:

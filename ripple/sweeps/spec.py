@@ -35,7 +35,8 @@ from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TOP_KEYS = ("experiment", "description", "model", "tasks", "limit", "decoder", "space", "search", "num_samples",
             "metric", "mode", "weights", "grid_points", "baseline", "gen_length", "block_length", "cache", "seed",
-            "dtype", "chat", "split", "stop_at_eos", "data_dir", "workers", "concurrent_trials", "batch_size")
+            "dtype", "chat", "split", "stop_at_eos", "eos_early_stop", "data_dir", "workers", "concurrent_trials",
+            "batch_size")
 METRICS = ("accuracy", "mean_nfe", "tps", "canvas_tps", "speedup", "throughput", "score")
 DEFAULT_MODE = {"accuracy": "max", "mean_nfe": "min", "tps": "max", "canvas_tps": "max", "speedup": "max",
                 "throughput": "max", "score": "max"}
@@ -229,7 +230,8 @@ class _SweepParser(SpecParser):
             search=search, num_samples=num_samples, metric=metric, mode=mode, weights=weights, baseline=baseline,
             gen_length=gen[0], block_length=block[0], cache=cache, seed=seed[0], dtype=dtype,
             chat=self.flag(raw.get("chat", False), "chat"), split=split,
-            stop_at_eos=self.flag(raw.get("stop_at_eos", False), "stop_at_eos"), data_dir=data_dir,
+            stop_at_eos=self.flag(raw.get("stop_at_eos", False), "stop_at_eos"),
+            eos_early_stop=self.flag(raw.get("eos_early_stop", False), "eos_early_stop"), data_dir=data_dir,
             workers=self.workers(raw.get("workers", {})), concurrent_trials=concurrent, description=description,
             batch_size=batch_size)
 

@@ -37,7 +37,8 @@ from .store import DecodeSettings, check_name, dumps
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
-            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "data_dir", "workers", "batch_size")
+            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "data_dir", "workers",
+            "batch_size")
 DECODER_KEYS = ("name", "params", "task_params", "models")
 TASK_KEYS = ("limit",)
 WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
@@ -63,7 +64,19 @@ class Cell(DecodeSettings):
 
     @property
     def cell_id(self) -> str:
-        return hashlib.sha256(dumps(self.settings).encode()).hexdigest()[:16]
+        return hashlib.sha256(dumps(self.identity()).encode()).hexdigest()[:16]
+
+    def identity(self) -> dict[str, Any]:
+        """`settings` less what was added after stores existed, at the value that means "as before"
+        (eos_early_stop off, `hp(new=True)` hyperparameters at their defaults): old ids stay valid."""
+        from ...decoders import get, names
+
+        ident = self.settings
+        if not self.eos_early_stop:
+            del ident["eos_early_stop"]
+        neutral = get(self.decoder).Params.id_neutral() if self.decoder in names() else {}
+        ident["params"] = {k: v for k, v in ident["params"].items() if k not in neutral or neutral[k] != v}
+        return ident
 
     @property
     def params_json(self) -> str:
@@ -315,6 +328,7 @@ class SpecParser:
             raise self.fail(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
         chat = self.flag(raw.get("chat", False), "chat")
         stop = self.flag(raw.get("stop_at_eos", False), "stop_at_eos")
+        early = self.flag(raw.get("eos_early_stop", False), "eos_early_stop")
         data_dir = raw.get("data_dir")
         if data_dir is not None and not isinstance(data_dir, str):
             raise self.fail(f"'data_dir' takes a directory path, got {data_dir!r}")
@@ -326,7 +340,8 @@ class SpecParser:
             self.decoder_caches(name, caches)
         cells = tuple(
             Cell(model=model, task=task, decoder=name, params=params, limit=limit, gen_length=gen, block_length=block,
-                 cache=cache, seed=seed, dtype=dtype, chat=chat, split=split, stop_at_eos=stop)
+                 cache=cache, seed=seed, dtype=dtype, chat=chat, split=split, stop_at_eos=stop,
+                 eos_early_stop=early)
             for model, (task, limit), (name, per_task, only) in itertools.product(models, tasks, decoders)
             if only is None or model in only
             for params, gen, block, cache, seed in itertools.product(per_task[task], gens, blocks, caches, seeds)

@@ -40,6 +40,9 @@ class DecodeSettings:
     chat: bool
     split: str
     stop_at_eos: bool
+    # end right after a decision that leaves the response complete up to an EOS (LLaDA2's
+    # eos_early_stop); a cell id leaves it out when False, so earlier stores keep their ids
+    eos_early_stop: bool = False
 
     def decode_settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(DecodeSettings)}
@@ -100,7 +103,8 @@ def _schema() -> dict[str, pl.DataType]:
 SCHEMA: dict[str, pl.DataType] = _schema()
 KEY = ["cell_id", "sample_id"]
 # columns added after stores were first written, with the value a record written before them means
-ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None}
+ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
+                                 "eos_early_stop": False}
 
 
 def _conform(frame: pl.DataFrame) -> pl.DataFrame:

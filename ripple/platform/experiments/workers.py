@@ -154,7 +154,7 @@ class SampleWorker:
             if cell.model != self.lm.name:
                 raise RippleError(f"worker holds model {self.lm.name!r}, sample needs {cell.model!r}")
             decoder = build(cell.decoder, {k: str(v) for k, v in cell.params})
-            config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos)
+            config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop)
             with self._decode:
                 task = self._task(cell.task)
                 torch.manual_seed(cell.seed)

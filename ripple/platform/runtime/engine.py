@@ -32,6 +32,20 @@ recomputed window come from the block-opening cache for all of them, so the rule
 unchanged under every cache policy. Decoders that declare nothing pay nothing: their
 forwards compute exactly the block's rows.
 
+Block-diffusion families (LLaDA2: the model declares `block_causal`) change the layout,
+not the decoders: blocks are aligned to absolute position 0, so each row's left padding is a
+whole number of blocks and the first decoded block may hold the prompt's tail (marked in
+`BlockState.fixed`, never decoded nor remasked); a forward sees the canvas only up to the
+current block's end (the extent), with block-causal attention by position ids (query i sees
+key j iff pos_j // B <= pos_i // B); a row decodes ceil((P + G) / B) - P // B blocks, the last
+one in full even past P + G (those positions are decoded, then cut from the output). With
+the extent ending at the block, `prefix` recomputes [bs, be) with finished blocks' keys from
+the block-opening forward, made after their last commit, so it is exact, and `dual` is the
+same window. A family that `stops_at_eos` ends a row after a block that leaves an EOS in its
+response, whatever `stop_at_eos` says. `eos_early_stop` (any family) also ends a row right
+after a decision that committed an EOS when no mask lies between the response start and the
+first EOS (LLaDA2's `eos_early_stop`: same tokens up to that EOS, fewer forwards).
+
 `trace` receives every decision as a JSON-able event; `observe` (diagnostics, e.g. the
 batch-equivalence check) also receives the tensors each decision reads, under the same
 (block, step, phase) key as its trace event.
@@ -60,6 +74,7 @@ class GenerationConfig:
     block_length: int
     cache: str = "none"
     stop_at_eos: bool = False  # stop after a block that committed EOS (earlier positions decoded)
+    eos_early_stop: bool = False  # stop right after a decision that completes the response up to an EOS
 
     def __post_init__(self):
         if self.gen_length <= 0 or self.block_length <= 0:
@@ -126,6 +141,8 @@ class Engine:
         self.opening_commit = bool(getattr(model, "opening_commit", self.shift > 0))
         if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
             raise RippleError(f"logit shift {self.shift} needs a model family with opening_commit; supported shifts: 0, 1")
+        self.block_causal = bool(getattr(model, "block_causal", False))  # block diffusion (module docstring)
+        self.stops_at_eos = bool(getattr(model, "stops_at_eos", False))
         self.mask_id = int(mask_id)
         self.eos_ids = tuple(int(e) for e in eos_ids)
         self.pad_id = int(pad_id)
@@ -150,24 +167,31 @@ class Engine:
         return run.execute()
 
     # ------------------------------------------------------------------ forwards
-    def forward_full(self, canvas, positions, pad, logits_rows, store_kv):
-        """Whole canvas, fresh: [B, N] -> logits [B, R, V] (and the KV cache)."""
-        mask = padding_mask(pad) if pad.any() else None
-        out = self.model(canvas, positions, attn_mask=mask, return_kv=store_kv, logits_rows=logits_rows)
-        return out.logits, out.kv
+    def forward_full(self, canvas, positions, pad, logits_rows, store_kv, block: int | None = None):
+        """Whole canvas, fresh: [B, N] -> logits [B, R, V] (and the KV cache). `block`: the block
+        length of a block-causal family's attention (None: bidirectional)."""
+        N = canvas.shape[1]
+        out = self.forward_window(canvas, positions, pad, None, 0, N, 0, 0, None, logits_rows, block=block,
+                                  return_kv=store_kv)
+        return out if store_kv else (out, None)
 
     def forward_window(self, canvas, positions, pad, kv: KVCache | None, w0: int, w1: int,
                        lo: int, hi: int, variants: torch.Tensor | None, logits_rows, shadow: bool = False,
-                       beyond: tuple[int, int] | None = None):
+                       beyond: tuple[int, int] | None = None, extent: int | None = None,
+                       block: int | None = None, return_kv: bool = False):
         """Recompute canvas window [w0, w1) (keys elsewhere from `kv`), plus packed segments.
 
-        [lo, hi) is the block. variants: [B, m, hi - lo] tokens of the block for each variant.
+        The forward's canvas is columns [0, extent) (default: all); [lo, hi) is the block.
+        variants: [B, m, hi - lo] tokens of the block for each variant.
         shadow: append the all-mask leave-one-out copy of the block after the variants.
         beyond: canvas columns [b0, b1) (the next block) to append as a copy after the shadow.
+        block: block length of a block-causal family's attention (None: bidirectional).
         Returns logits [B, R, V] for `logits_rows` of the packed query sequence
-        (window rows, then m * (hi - lo) variant rows, then hi - lo shadow rows, then b1 - b0).
+        (window rows, then m * (hi - lo) variant rows, then hi - lo shadow rows, then b1 - b0),
+        or (logits, KV cache of the canvas columns) with `return_kv`.
         """
-        B, N = canvas.shape
+        B = canvas.shape[0]
+        N = canvas.shape[1] if extent is None else extent
         toks = canvas[:, w0:w1]  # [B, Tw]
         pos = positions[:, w0:w1]
         m = 0 if variants is None else variants.shape[1]
@@ -183,15 +207,17 @@ class Engine:
             toks = torch.cat((toks, canvas[:, b0:b1]), dim=1)  # [B, Tw + m*Lw + S + Lb]
             pos = torch.cat((pos, positions[:, b0:b1]), dim=1)
         mask = None
-        if m or shadow or beyond is not None or pad.any():
-            mask = self._mask(pad, w0, w1, lo, hi, m, shadow, beyond)
+        if m or shadow or beyond is not None or block is not None or bool(pad[:, :N].any()):
+            mask = self._mask(pad[:, :N], positions[:, :N], w0, w1, lo, hi, m, shadow, beyond, block)
         if kv is None and (w0, w1) != (0, N):
             raise AssertionError("a partial window needs the block-opening KV cache")
         out = self.model(toks, pos, attn_mask=mask, kv=kv, window=(w0, w1) if kv is not None else None,
-                         logits_rows=logits_rows)
-        return out.logits
+                         logits_rows=logits_rows, return_kv=return_kv)
+        if not return_kv:
+            return out.logits
+        return out.logits, out.kv.truncate(N) if toks.shape[1] > N else out.kv  # the canvas's keys only
 
-    def _mask(self, pad, w0, w1, lo, hi, m, shadow=False, beyond=None) -> torch.Tensor:
+    def _mask(self, pad, positions, w0, w1, lo, hi, m, shadow=False, beyond=None, block=None) -> torch.Tensor:
         """Visibility [B, 1, Tw + E, N + E] (True = may attend), E = (m + shadow) * Lw + Lb extra rows."""
         B, N = pad.shape
         Tw, Lw = w1 - w0, hi - lo
@@ -201,7 +227,14 @@ class Engine:
         E = m * Lw + S + Lb
         dev = pad.device
         key_ok = ~pad  # [B, N]
-        base = key_ok[:, None, :].expand(B, Tw, N) | pad[:, w0:w1, None]  # [B, Tw, N]
+        if block is None:
+            base = key_ok[:, None, :].expand(B, Tw, N)  # [B, Tw, N]
+            ctx_ok = key_ok  # keys a query of the block sees
+        else:  # block-causal: a query sees keys of its own and earlier blocks, by position id
+            kb = positions // block  # [B, N]
+            base = key_ok[:, None, :] & (kb[:, None, :] <= kb[:, w0:w1, None])
+            ctx_ok = key_ok & (kb <= kb[:, lo:lo + 1]) if E else key_ok
+        base = base | pad[:, w0:w1, None]  # pad rows see all: no all -inf row
         if not E:
             return base[:, None]
         no = lambda rows, cols: torch.zeros(B, rows, cols, dtype=torch.bool, device=dev)  # noqa: E731
@@ -209,7 +242,7 @@ class Engine:
         parts = [torch.cat((base, no(Tw, E)), dim=2)]  # base queries never see extra segments
         if m:
             # a variant sees the context minus the anchor's block, plus its own copy
-            ctx = key_ok.clone()
+            ctx = ctx_ok.clone()
             ctx[:, lo:hi] = False
             own = torch.block_diag(*[torch.ones(Lw, Lw, dtype=torch.bool, device=dev)] * m)  # [m*Lw, m*Lw]
             parts.append(torch.cat((ctx[:, None, :].expand(B, m * Lw, N), own[None].expand(B, -1, -1),
@@ -220,11 +253,11 @@ class Engine:
             twin = torch.zeros(Lw, N, dtype=torch.bool, device=dev)
             t = torch.arange(hi - lo - self.shift, device=dev)
             twin[t, lo + self.shift + t] = True
-            sees = key_ok[:, None, :] & ~twin[None]  # [B, Lw, N]
+            sees = ctx_ok[:, None, :] & ~twin[None]  # [B, Lw, N]
             parts.append(torch.cat((sees, no(Lw, m * Lw), every(Lw), no(Lw, Lb)), dim=2))
         if Lb:
             # the next block's copy sees the context minus the canvas next block, plus itself
-            ctx = key_ok.clone()
+            ctx = ctx_ok.clone()
             ctx[:, b0:b1] = False
             parts.append(torch.cat((ctx[:, None, :].expand(B, Lb, N), no(Lb, m * Lw + S), every(Lb)), dim=2))
         return torch.cat(parts, dim=1)[:, None]
@@ -240,28 +273,44 @@ class _Run:
         lens = [len(p) for p in prompts]
         if min(lens) < 1:
             raise RippleError("every prompt needs at least one token")
-        P = max(lens)
-        self.P, N = P, P + cfg.gen_length
-        longest = max(lens) + cfg.gen_length
+        L, G, B = cfg.block_length, cfg.gen_length, len(prompts)
+        if engine.block_causal:
+            # blocks aligned to position 0: left padding in whole blocks, so every row's first
+            # decoded block (the one holding its prompt's end) sits at the same canvas columns
+            first = max(n // L for n in lens)
+            offs = [L * (first - n // L) for n in lens]
+            self.n_blocks = [-(-(n + G) // L) - n // L for n in lens]  # the last block in full
+            self.origin = first * L
+        else:
+            P = max(lens)
+            offs = [P - n for n in lens]  # left padding keeps every block at the same canvas columns
+            self.n_blocks = [G // L] * B
+            self.origin = P
+        self.starts = [o + n for o, n in zip(offs, lens)]  # canvas column of each row's response
+        N = self.origin + max(self.n_blocks) * L
+        ends = [self.origin + nb * L for nb in self.n_blocks]  # past a row's last block: padding
+        longest = max(e - o for e, o in zip(ends, offs))
         if engine.max_positions is not None and longest > engine.max_positions:
+            n = max(lens)
+            rounded = f", in whole blocks of {L}," if longest > n + G else ""
             raise RippleError(
-                f"prompt ({max(lens)} tokens) plus gen_length ({cfg.gen_length}) = {longest} exceeds "
+                f"prompt ({n} tokens) plus gen_length ({G}){rounded} = {longest} exceeds "
                 f"the model's {engine.max_positions} positions"
             )
-        B = len(prompts)
         dev = engine.device
         canvas = torch.full((B, N), engine.mask_id, dtype=torch.long)
         pad = torch.zeros(B, N, dtype=torch.bool)
         for b, p in enumerate(prompts):
-            off = P - len(p)  # left padding keeps every block at the same canvas columns
+            off, end = offs[b], ends[b]
             canvas[b, :off] = engine.pad_id
+            canvas[b, end:] = engine.pad_id
             pad[b, :off] = True
-            canvas[b, off:P] = torch.as_tensor(list(p), dtype=torch.long)
+            pad[b, end:] = True
+            canvas[b, off:self.starts[b]] = torch.as_tensor(list(p), dtype=torch.long)
         cols = torch.arange(N)[None].expand(B, N)
-        offs = torch.tensor([P - n for n in lens])[:, None]
         self.canvas = canvas.to(dev)
         self.pad = pad.to(dev)
-        self.positions = (cols - offs).clamp(min=0).to(dev)  # explicit position ids [B, N]
+        self.positions = (cols - torch.tensor(offs)[:, None]).clamp(min=0).to(dev)  # explicit position ids [B, N]
         self.B, self.N = B, N
         self.nfe = [0] * B
         self.look_nfe = [0] * B
@@ -279,31 +328,47 @@ class _Run:
     def execute(self) -> list[SampleOutput]:
         e, cfg = self.e, self.cfg
         L = cfg.block_length
+        stop_at_eos = cfg.stop_at_eos or e.stops_at_eos
         synchronize(e.device)
         t0 = time.perf_counter()
-        for blk in range(cfg.gen_length // L):
-            rows = [r for r in range(self.B) if not self.stopped[r]]
+        for blk in range(max(self.n_blocks)):
+            rows = [r for r in range(self.B) if not self.stopped[r] and blk < self.n_blocks[r]]
             if not rows:
                 break
             self._decode_block(blk, rows)
             synchronize(e.device)
             now = time.perf_counter()
-            be = self.P + (blk + 1) * L
+            be = self.origin + (blk + 1) * L
             for r in rows:
                 self.t_end[r] = now
-                if cfg.stop_at_eos and self._has_eos(r, be):
-                    self.stopped[r] = True
-                    self.canvas[r, be:] = e.eos_ids[0] if e.eos_ids else e.pad_id
+                if stop_at_eos and not self.stopped[r] and self._first_eos(r, be) is not None:
+                    self._stop(r, be)
         out = []
         for r in range(self.B):
-            resp = self.canvas[r, self.P:].tolist()
+            resp = self.canvas[r, self.starts[r]:self.starts[r] + cfg.gen_length].tolist()
             gen = next((i for i, t in enumerate(resp) if t in e.eos_ids), len(resp))
             out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length))
         return out
 
-    def _has_eos(self, r: int, upto: int) -> bool:
-        seg = self.canvas[r, self.P:upto]
-        return any(bool((seg == t).any()) for t in self.e.eos_ids)
+    def _first_eos(self, r: int, upto: int) -> int | None:
+        """Canvas column of the first end-of-sequence id in row r's response before `upto`, or None."""
+        seg = self.canvas[r, self.starts[r]:upto]
+        hit = torch.isin(seg, torch.tensor(self.e.eos_ids, dtype=seg.dtype, device=seg.device))
+        return self.starts[r] + int(hit.int().argmax()) if bool(hit.any()) else None
+
+    def _stop(self, r: int, after: int) -> None:
+        """End row r: everything from column `after` on reads as end-of-sequence."""
+        self.stopped[r] = True
+        self.canvas[r, after:] = self.e.eos_ids[0] if self.e.eos_ids else self.e.pad_id
+
+    def _early_stop(self, r: int, commit: Commit, be: int) -> None:
+        """`eos_early_stop`: after a decision that committed an EOS, end the row if no mask lies
+        between its response start and the first EOS (the rest of the block is never decoded)."""
+        if not len(commit) or not any(int(t) in self.e.eos_ids for t in commit.tokens.tolist()):
+            return
+        first = self._first_eos(r, be)
+        if first is not None and not bool((self.canvas[r, self.starts[r]:first] == self.e.mask_id).any()):
+            self._stop(r, first + 1)
 
     def _rows(self, rows: list[int]):
         """Selector of `rows` from a batch tensor (no copy when every row takes part)."""
@@ -315,22 +380,31 @@ class _Run:
     def _decode_block(self, blk: int, rows: list[int]) -> None:
         e, cfg, dec = self.e, self.cfg, self.decoder
         L, s = cfg.block_length, e.shift
-        bs = self.P + blk * L
+        bs = self.origin + blk * L
         be = bs + L
-        w0, w1 = {"none": (0, self.N), "prefix": (bs, self.N), "dual": (bs, be)}[cfg.cache]
+        ext = be if e.block_causal else self.N  # a block-causal forward sees nothing after the block
+        w0, w1 = {"none": (0, ext), "prefix": (bs, ext), "dual": (bs, be)}[cfg.cache]
         nxt = dec.needs_rows_beyond_block and be < self.N  # the decoder reads the next block's rows
+        causal = L if e.block_causal else None
         sub = self._rows(rows)
         ar = lambda n: torch.arange(n, device=e.device)  # noqa: E731
-        # block-opening forward: the prediction for canvas position i is read at row i - shift
-        want = torch.cat([ar(L) + bs - s] + ([ar(L) + be - s] if nxt else []))
-        logits, kv = e.forward_full(sub(self.canvas), sub(self.positions), sub(self.pad), want, cfg.cache != "none")
+        # block-opening forward: the prediction for canvas position i is read at row i - shift;
+        # the next block's rows are window rows, or (beyond the extent) a copy of that block
+        beyond = (be, be + L) if nxt and be >= ext else None
+        want = torch.cat([ar(L) + bs - s] + ([ar(L) + (ext if beyond else be - s)] if nxt else []))
+        cached = cfg.cache != "none"
+        out = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), None, 0, ext, bs, be,
+                               None, want, beyond=beyond, extent=ext, block=causal, return_kv=cached)
+        logits, kv = out if cached else (out, None)
         self._count(rows)
         states = {}
         for i, r in enumerate(rows):
             st = BlockState(self.canvas[r, bs:be], logits[i, :L], e.mask_id, blk, self.sample_memory[r])
-            st.beyond = logits[i, L:] if nxt else None
+            # a row's last block has no next block (in a batch its columns belong to longer rows)
+            st.beyond = logits[i, L:] if nxt and blk + 1 < self.n_blocks[r] else None
+            st.fixed[:max(0, self.starts[r] - bs)] = True  # the prompt's tail (block-aligned families)
             states[r] = st
-        win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt)
+        win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext, causal)
         if e.opening_commit:
             self._open(rows, states, kv, win, blk)
         max_steps = 4 * L + 16
@@ -351,6 +425,8 @@ class _Run:
                 plan = dec.step(st)
                 _check_plan(dec, plan)
                 self._apply(r, st, plan.commit, plan.remask)
+                if cfg.eos_early_stop:
+                    self._early_stop(r, plan.commit, be)
                 plans[r] = plan
                 kind = (plan.variants is not None, plan.shadow)
                 still = bool(st.masked.any())
@@ -414,8 +490,8 @@ class _Run:
             if not bool(inside.all()):
                 beyond = (win.hi, win.hi + L)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
-                               win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow,
-                               beyond=beyond)  # [G, n * (1 + m + shadow) + L * next, V]
+                               win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow, beyond=beyond,
+                               extent=win.extent, block=win.causal)  # [G, n * (1 + m + shadow) + L * next, V]
         self._count(group, lookahead=looks)
         for i, r in enumerate(group):
             st, plan, o = states[r], plans.get(r), out[i]
@@ -423,7 +499,7 @@ class _Run:
             v1 = (1 + m) * n  # o: block rows [0, n), variant rows [n, v1), shadow rows, next-block rows
             sh1 = v1 + (n if shadow else 0)
             st.shadow = torch.cat((head, o[v1:sh1])) if shadow else None
-            st.beyond = o[sh1:sh1 + L] if win.next else None
+            st.beyond = o[sh1:sh1 + L] if win.next and st.block_index + 1 < self.n_blocks[r] else None
             anchor = torch.cat((head, o[:n]))  # [L, V]
             if not looks:
                 st.logits = anchor
@@ -437,6 +513,8 @@ class _Run:
             self._apply(r, st, res.commit, None)
             st.logits = res.logits
             self._emit(r, blk, st, res.commit, res.info, None, phase="resolve")
+            if self.cfg.eos_early_stop:
+                self._early_stop(r, res.commit, win.hi)
 
     def _apply(self, r: int, st: BlockState, commit: Commit, remask) -> None:
         """Write a decoder's commits (then remasks) into the canvas, checking the protocol's invariants."""
@@ -469,7 +547,7 @@ class _Run:
     def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None) -> None:
         if self.trace is None:
             return
-        offset = blk * self.cfg.block_length
+        offset = self.origin + blk * self.cfg.block_length - self.starts[r]  # positions from the response start
         event = {
             "sample": r, "block": blk, "step": st.step, "phase": phase,
             "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
@@ -490,6 +568,8 @@ class _Window:
     hi: int
     row_pos: dict[int, int]  # batch row -> its index among the block's rows (the KV cache's rows)
     next: bool = False  # also compute the next block's rows (the decoder needs rows beyond the block)
+    extent: int | None = None  # the forward's canvas is columns [0, extent)
+    causal: int | None = None  # block length of block-causal attention (None: bidirectional)
 
 
 def _forward_label(kind: tuple[bool, bool]) -> str:

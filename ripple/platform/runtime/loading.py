@@ -153,35 +153,132 @@ def local_weights_digest(name: str) -> str | None:
     return weights_digest(path) if path.is_dir() else None
 
 
-def _load_weights(model: DiffusionTransformer, files: list[Path], rename, tied: bool, device, dtype) -> None:
-    from safetensors import safe_open
-    from safetensors import SafetensorError
+_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+              "BOOL": torch.bool}
 
+
+@dataclass(frozen=True)
+class _Entry:
+    key: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+
+
+def _entries(f: Path) -> list[_Entry]:
+    """The tensors a safetensors file declares, checked against the file's size."""
+    import struct
+
+    size = f.stat().st_size
+    with open(f, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise RippleError(f"checkpoint file {f} is corrupt or unreadable (no safetensors header)")
+        n = struct.unpack("<Q", head)[0]
+        if n > min(size - 8, 1 << 28):
+            raise RippleError(f"checkpoint file {f} is corrupt or unreadable (header length {n} past the file's end)")
+        try:
+            header = json.loads(fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RippleError(f"checkpoint file {f} is corrupt or unreadable (its header is not JSON)") from None
+    out = []
+    try:
+        for key, meta in header.items():
+            if key == "__metadata__":
+                continue
+            dtype = _ST_DTYPES[meta["dtype"]]
+            shape = tuple(int(d) for d in meta["shape"])
+            begin, end = (int(o) for o in meta["data_offsets"])
+            numel = 1
+            for d in shape:
+                numel *= d
+            if end - begin != numel * dtype.itemsize or 8 + n + end > size or begin < 0:
+                raise ValueError(key)
+            out.append(_Entry(key, dtype, shape, 8 + n + begin, end - begin))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RippleError(f"checkpoint file {f} is corrupt or unreadable (bad entry {exc})") from None
+    return out
+
+
+def weight_bytes(files: list[Path], dtype: torch.dtype) -> int:
+    """Bytes the checkpoint's floating-point tensors take in `dtype`, from the headers alone."""
+    return sum(e.nbytes // e.dtype.itemsize * (dtype.itemsize if e.dtype.is_floating_point else e.dtype.itemsize)
+               for f in files for e in _entries(f))
+
+
+def check_device_memory(files: list[Path], device: torch.device, dtype: torch.dtype, name: str) -> None:
+    """Refuse, before anything is allocated, a GPU whose free memory cannot hold the weights."""
+    if device.type != "cuda":
+        return
+    need = weight_bytes(files, dtype)
+    free, total = torch.cuda.mem_get_info(device)
+    if need > free:
+        raise RippleError(
+            f"model {name!r} needs {need / 2**30:.1f} GiB for its weights in {str(dtype).removeprefix('torch.')}, "
+            f"but {device} has {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB; use a larger GPU "
+            f"(one GPU per worker: a model larger than one GPU does not load)"
+        )
+
+
+def _read_into(fh, entry: _Entry, dst: torch.Tensor, f: Path) -> None:
+    """Copy one tensor's bytes from the file into the contiguous CPU tensor `dst` (plain reads, no
+    memory map: pages of a mapped shard would count towards the process's resident memory)."""
+    fh.seek(entry.offset)
+    view = memoryview(dst.reshape(-1).view(torch.uint8).numpy())
+    if fh.readinto(view) != entry.nbytes:
+        raise RippleError(f"checkpoint file {f} is corrupt or unreadable (tensor {entry.key!r} is truncated)")
+
+
+def _load_weights(model: DiffusionTransformer, files: list[Path], rename, tied: bool, device, dtype) -> None:
+    """Stream every tensor, one at a time, into its parameter on `device` in `dtype`.
+
+    A key the family renames to (name, index) fills `param[index]` of a stacked parameter (MoE
+    experts): the parameter is allocated once and filled slice by slice, so peak host memory
+    stays near the weights' own size."""
     wanted = dict(model.state_dict(keep_vars=True))
     loaded: dict[str, torch.Tensor] = {}
+    filled: dict[str, int] = {}
+    seen: set = set()
+    direct = device.type == "cpu"
     for f in files:
+        entries = _entries(f)
         try:
-            with safe_open(str(f), framework="pt", device="cpu") as fh:
-                for key in fh.keys():
-                    ours = rename(key)
-                    if ours is None:
-                        continue
-                    if ours not in wanted:
-                        raise RippleError(f"checkpoint {f.name}: tensor {key!r} does not fit this config")
-                    t = fh.get_tensor(key)
-                    if tuple(t.shape) != tuple(wanted[ours].shape):
-                        raise RippleError(
-                            f"checkpoint {f.name}: tensor {key!r} has shape {tuple(t.shape)}, "
-                            f"config.json implies {tuple(wanted[ours].shape)}"
-                        )
-                    # copy=True: on CPU at the file's dtype `.to` would return the memory-mapped
-                    # tensor itself, and replacing the file under a running worker kills it (SIGBUS)
-                    loaded[ours] = t.to(device=device, dtype=dtype, copy=True)
-        except (SafetensorError, OSError) as exc:
+            fh = open(f, "rb")
+        except OSError as exc:
             raise RippleError(f"checkpoint file {f} is corrupt or unreadable ({exc})") from None
+        with fh:
+            for e in entries:
+                target = rename(e.key)
+                if target is None:
+                    continue
+                ours, index = (target, ()) if isinstance(target, str) else target
+                param = wanted.get(ours)
+                if param is None or any(not 0 <= i < n for i, n in zip(index, param.shape)):
+                    raise RippleError(f"checkpoint {f.name}: tensor {e.key!r} does not fit this config")
+                shape = tuple(param.shape[len(index):])
+                if e.shape != shape:
+                    raise RippleError(
+                        f"checkpoint {f.name}: tensor {e.key!r} has shape {e.shape}, config.json implies {shape}"
+                    )
+                if (ours, index) in seen:
+                    raise RippleError(f"checkpoint: tensor {e.key!r} appears twice")
+                seen.add((ours, index))
+                if ours not in loaded:
+                    loaded[ours] = torch.empty(tuple(param.shape), dtype=dtype, device=device)
+                dst = loaded[ours][index] if index else loaded[ours]  # [*shape], contiguous
+                if direct and e.dtype == dtype:
+                    _read_into(fh, e, dst, f)
+                else:
+                    tmp = torch.empty(e.shape, dtype=e.dtype)
+                    _read_into(fh, e, tmp, f)
+                    dst.copy_(tmp)
+                filled[ours] = filled.get(ours, 0) + dst.numel()
     if tied and "head.weight" not in loaded and "embed.weight" in loaded:
         loaded["head.weight"] = loaded["embed.weight"]
-    missing = sorted(set(wanted) - set(loaded))
+        filled["head.weight"] = filled["embed.weight"]
+    missing = sorted(n for n, p in wanted.items() if filled.get(n, 0) != p.numel())
     if missing:
         raise RippleError(f"checkpoint lacks {len(missing)} tensor(s), e.g. {missing[0]!r}")
     model.load_state_dict(loaded, assign=True, strict=True)
@@ -263,8 +360,9 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedMo
     family = get_family(cfg["model_type"])
     tcfg = family.to_config(cfg)
     files = weight_files(path)
+    check_device_memory(files, dev, dt, name)
     with torch.device("meta"):
-        model = DiffusionTransformer(tcfg, shift=family.shift, opening_commit=family.opening_commit)
+        model = family.build(tcfg)
     _load_weights(model, files, family.rename, family.tied_head(cfg), dev, dt)
     model.eval().requires_grad_(False)
     tokenizer = load_tokenizer(path)

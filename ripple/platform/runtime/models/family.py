@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ....errors import RippleError
-from .transformer import TransformerConfig
+from .transformer import DiffusionTransformer, TransformerConfig
 
 
 @dataclass(frozen=True)
@@ -15,18 +15,34 @@ class Family:
     model_types: tuple[str, ...]  # lower-cased `model_type` values that select this family
     shift: int  # 1 when the prediction for position i is the logits at i-1
     to_config: Callable[[dict[str, Any]], TransformerConfig]
-    # checkpoint key -> our parameter name (None: not a parameter we use)
-    rename: Callable[[str], str | None]
+    # checkpoint key -> our parameter name (None: not a parameter we use), or (name, index) when the
+    # tensor fills the sub-tensor `param[index]` of a stacked parameter (MoE experts)
+    rename: Callable[[str], str | tuple[str, tuple[int, ...]] | None]
     tied_head: Callable[[dict[str, Any]], bool]
     max_positions: Callable[[dict[str, Any]], int]
     # the block-opening forward commits the block's first position with its top-1 token (mask id
     # excluded) before the decoder's first step, as the family's reference block decoding does;
     # required when shift > 0, so that no later forward needs the row before the block
     opening_commit: bool = False
+    # block diffusion (LLaDA2): blocks aligned to absolute position 0 (the first decoded block may
+    # hold the prompt's tail), a forward sees the canvas only up to the current block's end under
+    # block-causal attention (query i sees key j iff j // B <= i // B in positions), and the last
+    # block is decoded in full even past prompt + gen_length (ripple/platform/runtime/engine.py)
+    block_causal: bool = False
+    # decoding ends after a block that leaves an end-of-sequence token in the response, whatever
+    # the run's stop_at_eos setting, as the family's reference generate does
+    stops_at_eos: bool = False
 
     def __post_init__(self):
         if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
             raise ValueError(f"family {self.name!r}: shift {self.shift} needs opening_commit (supported shifts: 0, 1)")
+        if self.block_causal and self.shift:
+            raise ValueError(f"family {self.name!r}: a block-causal family cannot shift its logits")
+
+    def build(self, cfg: TransformerConfig) -> DiffusionTransformer:
+        """The module for `cfg`, carrying the family's decoding properties for the engine."""
+        return DiffusionTransformer(cfg, shift=self.shift, opening_commit=self.opening_commit,
+                                    block_causal=self.block_causal, stops_at_eos=self.stops_at_eos)
 
 
 _FAMILIES: dict[str, Family] = {}

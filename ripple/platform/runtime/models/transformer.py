@@ -1,9 +1,12 @@
 """One bidirectional LLaMA-style transformer that every supported family maps onto.
 
-LLaDA (OLMo-derived "llama" blocks) and Dream (Qwen2 layout) compute the same thing:
-pre-RMSNorm attention with rotate-half RoPE, a SwiGLU MLP, a final norm and an output
-head. Families differ only in config keys, weight names, q/k/v biases and whether the
-prediction for position i is read at i-1 (``shift``); those live in the family modules.
+LLaDA (OLMo-derived "llama" blocks), Dream (Qwen2 layout) and LLaDA2 (MoE) compute the
+same thing: pre-RMSNorm attention with rotate-half RoPE, a SwiGLU MLP, a final norm and an
+output head. Families differ in config keys, weight names, q/k/v biases, whether the
+prediction for position i is read at i-1 (``shift``), and LLaDA2's extras, which are config
+switches here: a fused q/k/v projection, per-head RMSNorm on q and k before RoPE (qk-norm),
+RoPE on the first ``rotary_dim`` dims of a head only (partial rotary), and mixture-of-experts
+MLPs after the first ``dense_layers`` layers (ripple/platform/runtime/models/moe.py).
 
 The forward is general enough for every cache policy and the packed lookahead:
 ``tokens`` are the fresh inputs, the first ``w1 - w0`` of which fill the canvas window
@@ -19,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .moe import MoE, MoEConfig
+
 
 @dataclass(frozen=True)
 class TransformerConfig:
@@ -32,10 +37,21 @@ class TransformerConfig:
     norm_eps: float
     qkv_bias: bool = False
     rope_full_precision: bool = True
+    head_size: int | None = None  # None: d_model // n_heads
+    rotary_dims: int | None = None  # RoPE on the first rotary_dims dims of a head; None: all
+    fused_qkv: bool = False  # one [q; k; v] projection (LLaDA2's query_key_value)
+    qk_norm: bool = False  # per-head RMSNorm on q and k before RoPE
+    out_bias: bool = False  # bias on the attention output projection
+    moe: MoEConfig | None = None  # MoE MLPs in layers >= dense_layers
+    dense_layers: int = 0
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.head_size or self.d_model // self.n_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        return self.rotary_dims or self.head_dim
 
 
 @dataclass
@@ -51,6 +67,10 @@ class KVCache:
 
     def select(self, rows: torch.Tensor) -> "KVCache":
         return KVCache([k[rows] for k in self.keys], [v[rows] for v in self.values])
+
+    def truncate(self, n: int) -> "KVCache":
+        """The first n positions (the canvas, without packed segments appended after it)."""
+        return KVCache([k[:, :, :n] for k in self.keys], [v[:, :, :n] for v in self.values])
 
 
 @dataclass(frozen=True)
@@ -73,7 +93,8 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin for explicit position ids [B, T] -> [B, 1, T, D] each (float32 maths)."""
+    """cos/sin for explicit position ids [B, T] -> [B, 1, T, D] each (float32 maths); D is the
+    rotated width (a partial-rotary family passes its rotary dim: frequencies come from it)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float) / head_dim))
     freqs = positions.float()[..., None] * inv_freq  # [B, T, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
@@ -85,26 +106,53 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rotate-half RoPE on the first cos.shape[-1] dims of each head, in `dtype` maths: [B, H, T, D]."""
+    r = cos.shape[-1]
+    rot = x[..., :r].to(dtype)
+    rot = (rot * cos + rotate_half(rot) * sin).to(x.dtype)
+    return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), dim=-1)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
         hd = cfg.head_dim
-        self.q = nn.Linear(cfg.d_model, cfg.n_heads * hd, bias=cfg.qkv_bias)
-        self.k = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
-        self.v = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
-        self.o = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=False)
+        if cfg.fused_qkv:
+            self.qkv = nn.Linear(cfg.d_model, (cfg.n_heads + 2 * cfg.n_kv_heads) * hd, bias=cfg.qkv_bias)
+        else:
+            self.q = nn.Linear(cfg.d_model, cfg.n_heads * hd, bias=cfg.qkv_bias)
+            self.k = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+            self.v = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.norm_eps)
+        self.o = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=cfg.out_bias)
+
+    def _project(self, x: torch.Tensor):
+        cfg = self.cfg
+        B, T, _ = x.shape
+        hd = cfg.head_dim
+        if cfg.fused_qkv:
+            qkv = self.qkv(x).view(B, T, cfg.n_heads + 2 * cfg.n_kv_heads, hd)
+            q, k, v = qkv.split((cfg.n_heads, cfg.n_kv_heads, cfg.n_kv_heads), dim=2)
+        else:
+            q = self.q(x).view(B, T, cfg.n_heads, hd)
+            k = self.k(x).view(B, T, cfg.n_kv_heads, hd)
+            v = self.v(x).view(B, T, cfg.n_kv_heads, hd)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H(kv), T, D]
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
 
     def forward(self, x, cos, sin, mask, past_k, past_v, window):
         cfg = self.cfg
         B, T, _ = x.shape
-        hd = cfg.head_dim
-        q = self.q(x).view(B, T, cfg.n_heads, hd).transpose(1, 2)  # [B, H, T, D]
-        k = self.k(x).view(B, T, cfg.n_kv_heads, hd).transpose(1, 2)  # [B, Hkv, T, D]
-        v = self.v(x).view(B, T, cfg.n_kv_heads, hd).transpose(1, 2)
+        q, k, v = self._project(x)  # [B, H, T, D], [B, Hkv, T, D] x2
         rope_dtype = torch.float32 if cfg.rope_full_precision else q.dtype
-        q = (q.to(rope_dtype) * cos + rotate_half(q.to(rope_dtype)) * sin).to(x.dtype)
-        k = (k.to(rope_dtype) * cos + rotate_half(k.to(rope_dtype)) * sin).to(x.dtype)
+        q = apply_rope(q, cos, sin, rope_dtype)
+        k = apply_rope(k, cos, sin, rope_dtype)
         fresh_k, fresh_v = k, v
         if past_k is not None:
             w0, w1 = window
@@ -117,38 +165,48 @@ class Attention(nn.Module):
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)  # [B, H, T, D]
-        out = out.transpose(1, 2).reshape(B, T, cfg.n_heads * hd)
+        out = out.transpose(1, 2).reshape(B, T, cfg.n_heads * cfg.head_dim)
         return self.o(out), fresh_k, fresh_v
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    """Pre-norm attention then a SwiGLU MLP: dense (gate/up/down) or, with `moe`, a MoE layer."""
+
+    def __init__(self, cfg: TransformerConfig, moe: bool = False):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.gate = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
-        self.up = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
-        self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
+        if moe:
+            self.moe = MoE(cfg.d_model, cfg.moe)
+        else:
+            self.moe = None
+            self.gate = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+            self.up = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+            self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
 
     def forward(self, x, cos, sin, mask, past_k, past_v, window):
         a, k, v = self.attn(self.attn_norm(x), cos, sin, mask, past_k, past_v, window)
         x = x + a
         h = self.mlp_norm(x)
-        x = x + self.down(F.silu(self.gate(h)) * self.up(h))
+        x = x + (self.moe(h) if self.moe is not None else self.down(F.silu(self.gate(h)) * self.up(h)))
         return x, k, v
 
 
 class DiffusionTransformer(nn.Module):
     """Bidirectional transformer denoiser; see the module docstring for the key layout."""
 
-    def __init__(self, cfg: TransformerConfig, shift: int = 0, opening_commit: bool = False):
+    def __init__(self, cfg: TransformerConfig, shift: int = 0, opening_commit: bool = False,
+                 block_causal: bool = False, stops_at_eos: bool = False):
         super().__init__()
         self.cfg = cfg
         self.shift = shift  # 1: the prediction for position i is read at i-1 (Dream)
         self.opening_commit = opening_commit  # the family's block opening (ripple/platform/runtime/models/family.py)
+        self.block_causal = block_causal  # a block-diffusion family (LLaDA2): the engine's block rules
+        self.stops_at_eos = stops_at_eos  # the family's decoding ends after a block with an EOS
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Block(cfg, moe=cfg.moe is not None and i >= cfg.dense_layers)
+                                    for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
@@ -169,7 +227,7 @@ class DiffusionTransformer(nn.Module):
         if kv is not None and window is None:
             raise ValueError("a KV cache needs the canvas window the fresh tokens fill")
         x = self.embed(tokens)  # [B, T, d]
-        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta,
+        cos, sin = rope_tables(positions, self.cfg.rotary_dim, self.cfg.rope_theta,
                                torch.float32 if self.cfg.rope_full_precision else x.dtype)
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             attn_mask = attn_mask.to(x.dtype)

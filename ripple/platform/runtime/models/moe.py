@@ -1,0 +1,180 @@
+"""The mixture-of-experts MLP of LLaDA2.x (inclusionAI's `LLaDA2MoeSparseMoeBlock`).
+
+Routing, as the reference computes it: router logits in float32, sigmoid scores; experts
+are *selected* on scores + expert_bias (a group's score is the sum of its two best biased
+scores, the `topk_group` best groups are kept, then the top-k experts among them) but
+*weighted* by the unbiased scores, normalised to sum 1 and times `routed_scaling_factor`;
+the shared expert is added unweighted.
+
+Why not the reference's expert loop: it copies the per-expert token counts to the host in
+every layer (`.cpu().numpy()`, then `.item()` per expert) to slice the sorted tokens, so a
+GPU waits for the host once per layer. Here the tokens are sorted by expert and all experts
+run as one grouped GEMM (`torch.nn.functional.grouped_mm`) whose group ends are a device
+tensor: nothing in the forward reads a device value on the host. Where the grouped GEMM is
+not available (CUDA without bfloat16 support for it, or an old torch), every expert runs on
+every token and the routing weights zero the unchosen ones: still sync-free, E / top_k times
+the MLP work. `per_expert_loop` is the reference's strategy, kept as the benchmark baseline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    n_experts: int
+    top_k: int
+    n_group: int
+    topk_group: int
+    hidden: int  # one expert's intermediate size
+    n_shared: int  # shared experts (one MLP of hidden * n_shared); 0 for none
+    routed_scaling: float
+
+    def problems(self) -> list[str]:
+        """What makes this routing impossible (empty when it works), for a one-line config error."""
+        out = []
+        for name in ("n_experts", "top_k", "n_group", "topk_group", "hidden"):
+            if getattr(self, name) < 1:
+                out.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        if out:
+            return out
+        if self.n_experts % self.n_group:
+            out.append(f"num_experts {self.n_experts} is not divisible by n_group {self.n_group}")
+        elif self.n_experts // self.n_group < 2:
+            out.append(f"each of the n_group {self.n_group} groups needs at least 2 experts "
+                       f"(a group scores by its two best), got {self.n_experts // self.n_group}")
+        if self.topk_group > self.n_group:
+            out.append(f"topk_group {self.topk_group} exceeds n_group {self.n_group}")
+        elif not out and self.top_k > self.topk_group * (self.n_experts // self.n_group):
+            out.append(f"num_experts_per_tok {self.top_k} exceeds the {self.topk_group * (self.n_experts // self.n_group)} "
+                       f"experts of the topk_group {self.topk_group} kept groups")
+        if self.n_shared < 0:
+            out.append(f"num_shared_experts must be >= 0, got {self.n_shared}")
+        return out
+
+
+def _swiglu(x: torch.Tensor, gate: nn.Linear, up: nn.Linear, down: nn.Linear) -> torch.Tensor:
+    return down(F.silu(gate(x)) * up(x))
+
+
+class SharedExpert(nn.Module):
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.gate = nn.Linear(d_model, hidden, bias=False)
+        self.up = nn.Linear(d_model, hidden, bias=False)
+        self.down = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _swiglu(x, self.gate, self.up, self.down)
+
+
+def _grouped_mm_works(device: torch.device, dtype: torch.dtype) -> bool:
+    if not hasattr(F, "grouped_mm"):
+        return False
+    if device.type == "cpu":
+        return True
+    if device.type == "cuda":
+        return dtype == torch.bfloat16 and torch.cuda.get_device_capability(device) >= (8, 0)
+    return False
+
+
+class MoE(nn.Module):
+    def __init__(self, d_model: int, cfg: MoEConfig):
+        super().__init__()
+        self.cfg = cfg
+        E, I = cfg.n_experts, cfg.hidden
+        self.router = nn.Linear(d_model, E, bias=False)
+        # selection bias (aux-loss-free balancing); the checkpoint's buffer, stored in the model dtype
+        self.expert_bias = nn.Parameter(torch.zeros(E))
+        # experts stacked for the grouped GEMM: [expert, gate | up, I, d], viewed as [E, 2I, d]
+        self.w_gate_up = nn.Parameter(torch.empty(E, 2, I, d_model))
+        self.w_down = nn.Parameter(torch.empty(E, d_model, I))  # [E, d, I]
+        self.shared = SharedExpert(d_model, I * cfg.n_shared) if cfg.n_shared else None
+
+    @property
+    def gate_up(self) -> torch.Tensor:
+        """[E, 2I, d]: each expert's gate rows then its up rows."""
+        E, _, I, d = self.w_gate_up.shape
+        return self.w_gate_up.view(E, 2 * I, d)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[T, d] -> chosen experts [T, k] and their float32 weights [T, k]."""
+        cfg = self.cfg
+        T = x.shape[0]
+        logits = F.linear(x.float(), self.router.weight.float())  # [T, E]
+        scores = torch.sigmoid(logits)
+        biased = scores + self.expert_bias  # selection only
+        groups = biased.view(T, cfg.n_group, -1).topk(2, dim=-1).values.sum(-1)  # [T, G]
+        keep = torch.zeros_like(groups, dtype=torch.bool)
+        keep.scatter_(1, groups.topk(cfg.topk_group, dim=-1, sorted=False).indices, True)
+        keep = keep[:, :, None].expand(T, cfg.n_group, cfg.n_experts // cfg.n_group).reshape(T, -1)  # [T, E]
+        idx = biased.masked_fill(~keep, float("-inf")).topk(cfg.top_k, dim=-1).indices  # [T, k]
+        w = scores.gather(1, idx)
+        if cfg.top_k > 1:
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+        return idx, w * cfg.routed_scaling
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        shape = h.shape
+        x = h.reshape(-1, shape[-1])  # [T, d]
+        idx, w = self.route(x)
+        if _grouped_mm_works(x.device, x.dtype):
+            y = self._grouped(x, idx)  # [T, k, d]
+        else:
+            y = self._every_expert(x, idx)
+        out = (y.float() * w[..., None]).sum(1).to(x.dtype)  # [T, d]
+        if self.shared is not None:
+            out = out + self.shared(x)
+        return out.view(shape)
+
+    def _grouped(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Each token's k expert outputs [T, k, d], by one grouped GEMM per projection."""
+        T, k = idx.shape
+        E, I = self.cfg.n_experts, self.cfg.hidden
+        flat = idx.reshape(-1)  # [T*k]
+        order = flat.argsort(stable=True)  # slots sorted by expert
+        counts = torch.zeros(E, dtype=torch.int64, device=x.device).scatter_add_(0, flat, torch.ones_like(flat))
+        ends = counts.cumsum(0).to(torch.int32)  # group ends, on the device
+        xs = x.index_select(0, order // k)  # [T*k, d]
+        gu = F.grouped_mm(xs, self.gate_up.transpose(1, 2), offs=ends)  # [T*k, 2I]
+        a = F.silu(gu[:, :I]) * gu[:, I:]
+        ys = F.grouped_mm(a, self.w_down.transpose(1, 2), offs=ends)  # [T*k, d]
+        return torch.empty_like(ys).index_copy_(0, order, ys).view(T, k, -1)
+
+    def _every_expert(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Fallback without a grouped GEMM: every expert on every token, then each token's k picked."""
+        I = self.cfg.hidden
+        gu = torch.einsum("td,efd->etf", x, self.gate_up)  # [E, T, 2I]
+        ys = torch.einsum("eti,edi->etd", F.silu(gu[..., :I]) * gu[..., I:], self.w_down)  # [E, T, d]
+        t = torch.arange(x.shape[0], device=x.device)[:, None]
+        return ys[idx, t]  # [T, k, d]
+
+
+def per_expert_loop(moe: MoE, h: torch.Tensor) -> torch.Tensor:
+    """The reference's inference loop on the same weights: token counts read on the host, one
+    matmul chain per expert that has tokens. The benchmark baseline; not used for decoding."""
+    shape = h.shape
+    x = h.reshape(-1, shape[-1])
+    idx, w = moe.route(x)
+    T, k = idx.shape
+    I = moe.cfg.hidden
+    order = idx.reshape(-1).argsort()
+    xs = x[order // k]
+    counts = torch.bincount(idx.reshape(-1), minlength=moe.cfg.n_experts).tolist()  # host read
+    outs, start = [], 0
+    for e, n in enumerate(counts):
+        if n:
+            gu = F.linear(xs[start:start + n], moe.gate_up[e])
+            outs.append(F.linear(F.silu(gu[:, :I]) * gu[:, I:], moe.w_down[e]))
+            start += n
+    ys = torch.cat(outs)
+    y = torch.empty_like(ys)
+    y[order] = ys
+    out = (y.view(T, k, -1).float() * w[..., None]).sum(1).to(x.dtype)
+    if moe.shared is not None:
+        out = out + moe.shared(x)
+    return out.view(shape)
