@@ -181,6 +181,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--decoders", default=None, help="--batch-equivalence: only these decoders (comma-separated)")
     p.add_argument("--tasks", default=None, help="--batch-equivalence: only these tasks (comma-separated)")
     p.add_argument("--model", default="ripple-tiny", help="--batch-equivalence and the batch-size comparison")
+    p.add_argument("--write-checkpoint", metavar="DIR", default=None,
+                   help="write a random-weight checkpoint of --preset's shapes (llada2-mini) to DIR, then stop")
+    p.add_argument("--layers", type=int, default=None, help="--write-checkpoint: only the first N layers")
+    p.add_argument("--load-memory", metavar="DIR", default=None,
+                   help="peak resident memory of `ripple generate --dtype bfloat16` on the checkpoint DIR, "
+                        "against its weight bytes")
+    p.add_argument("--no-moe", action="store_true", help="skip the MoE layer comparison (LLaDA2.0-mini shape)")
     return p
 
 
@@ -211,6 +218,19 @@ def _main(args) -> int:
                        progress=not args.json)
         print(json.dumps(report.to_dict()) if args.json else report.format())
         return 1 if report.unexplained else 0
+    if args.write_checkpoint is not None:
+        from .runtime.bench_models import write_random_checkpoint
+
+        preset = get_preset(args.preset or "llada2-mini")
+        n = write_random_checkpoint(preset.config, args.write_checkpoint, layers=args.layers,
+                                    dtype=getattr(torch, args.dtype if args.dtype != "float32" else "bfloat16"))
+        print(f"wrote {n / 2**30:.2f} GiB of random {preset.name} weights to {args.write_checkpoint}")
+        return 0
+    if args.load_memory is not None:
+        from .runtime.bench_memory import load_memory
+
+        print(json.dumps(load_memory(args.load_memory)) if args.json else load_memory(args.load_memory)["text"])
+        return 0
     if args.preset is not None:
         from .runtime.bench_preset import run_preset
 
@@ -225,6 +245,11 @@ def _main(args) -> int:
     if args.batch_limit < 1:
         raise RippleError(f"--batch-limit must be positive, got {args.batch_limit}")
     r = run(reps=args.reps or 15, device=args.device, dtype=args.dtype)
+    moe = None
+    if not args.no_moe:
+        from .runtime.bench_moe import moe_layer
+
+        moe = moe_layer(torch.device(args.device), reps=min(args.reps or 5, 5))
     g = None if args.no_grid else grid_overhead(args.grid_limit)
     b = None
     if not args.no_batches:
@@ -232,7 +257,7 @@ def _main(args) -> int:
 
         b = run_batch_bench(args.batch_limit, sizes, args.model, progress=not args.json)
     if args.json:
-        print(json.dumps({**r, "grid": g, "batches": b.to_dict() if b else None}))
+        print(json.dumps({**r, "moe": moe, "grid": g, "batches": b.to_dict() if b else None}))
         return 0
     c = r["config"]
     print(f"machine: {r['machine']}")
@@ -244,6 +269,10 @@ def _main(args) -> int:
     for cache in ("none", "prefix", "dual"):
         x = r[cache]
         print(f"{cache:<8}{x['tokens']:>11}{x['forward_ms']:>12.1f}{x['lookahead_ms']:>14.1f}{x['lookahead_ratio']:>19.2f}")
+    if moe is not None:
+        from .runtime.bench_moe import format_moe
+
+        print(format_moe(moe))
     if g is not None:
         print_grid_overhead(g)
     if b is not None:

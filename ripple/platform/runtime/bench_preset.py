@@ -129,7 +129,9 @@ class _Canvas:
     def __init__(self, engine: Engine, preset: Preset, batch: int, gen: torch.Generator):
         dev, V, mask = engine.device, engine.model.vocab_size, engine.mask_id
         P, L = preset.prompt_tokens, preset.block_length
-        self.N = P + preset.gen_length
+        # a block-causal family (LLaDA2) sees the canvas up to the block's end (prompt_tokens is block-aligned)
+        self.block = L if engine.block_causal else None
+        self.N = P + (L if engine.block_causal else preset.gen_length)
         self.lo, self.hi = P, P + L
         self.canvas = torch.randint(2, V - 2, (batch, self.N), generator=gen, device=dev)  # [B, N]
         self.canvas[:, P:] = mask
@@ -155,9 +157,9 @@ def run_preset(preset: Preset, device: str, dtype: str, *, reps: int = 10, ks=KS
     with torch.inference_mode():
         kvs, block_rows = {}, torch.arange(canvases[1].lo, canvases[1].hi, device=dev)
         for b, cv in canvases.items():
-            _, kvs[b] = engine.forward_full(cv.canvas, cv.positions, cv.pad, block_rows, True)
+            _, kvs[b] = engine.forward_full(cv.canvas, cv.positions, cv.pad, block_rows, True, block=cv.block)
             report.opening_ms[b] = median_ms(lambda: engine.forward_full(cv.canvas, cv.positions, cv.pad, block_rows,
-                                                                         True), dev, reps)
+                                                                         True, block=cv.block), dev, reps)
         for cache in caches:
             fwd, look = {}, {}
             for b, cv in canvases.items():
@@ -165,7 +167,7 @@ def run_preset(preset: Preset, device: str, dtype: str, *, reps: int = 10, ks=KS
                 kv = None if cache == "none" else kvs[b]
                 rows = torch.arange(cv.lo - w0, cv.lo - w0 + L, device=dev)
                 fwd[b] = median_ms(lambda: engine.forward_window(cv.canvas, cv.positions, cv.pad, kv, w0, w1, cv.lo,
-                                                                 cv.hi, None, rows), dev, reps)
+                                                                 cv.hi, None, rows, block=cv.block), dev, reps)
             cv, kv = canvases[1], None if cache == "none" else kvs[1]
             w0, w1 = cv.window(cache)
             rows = torch.arange(cv.lo - w0, cv.lo - w0 + L, device=dev)
@@ -175,7 +177,7 @@ def run_preset(preset: Preset, device: str, dtype: str, *, reps: int = 10, ks=KS
                 var_rows = (w1 - w0 + torch.arange(k, device=dev)[:, None] * L + torch.arange(L, device=dev)[None])
                 out_rows = torch.cat((rows, var_rows.reshape(-1)))
                 look[k] = median_ms(lambda: engine.forward_window(cv.canvas, cv.positions, cv.pad, kv, w0, w1, cv.lo,
-                                                                  cv.hi, variants, out_rows), dev, reps)
+                                                                  cv.hi, variants, out_rows, block=cv.block), dev, reps)
             report.forwards.append(ForwardRow(cache, w1 - w0, fwd, look))
             log(f"forwards, cache {cache}: done at {time.perf_counter() - started:.0f} s")
     _decodes(engine, preset, report, caches, decoders, batches, started, gen, log)
