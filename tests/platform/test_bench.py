@@ -73,7 +73,7 @@ def test_the_llada2_mini_preset_has_the_real_models_shapes():
 
     with torch.device("meta"):
         model = LLADA2.build(cfg)
-    norms = 2 * 20 * d + 20 * 2 * 128 + d  # RMSNorm weights: per layer two, q/k norms; final norm
+    norms = 2 * 20 * d + 20 * 2 * 128 + d + 19 * 256  # RMSNorm weights (two a layer, q/k, final); expert_bias
     assert sum(p.numel() for p in model.parameters()) == total + norms  # the module built from the preset
 
 
