@@ -48,10 +48,11 @@ def hashed_script(vocab: int, scale: float = 4.0, seed: int = 0) -> Script:
 
 
 class ScriptedModel:
-    def __init__(self, vocab: int, script: Script, shift: int = 0):
+    def __init__(self, vocab: int, script: Script, shift: int = 0, block_causal: bool = False):
         self.vocab_size = vocab
         self.script = script
         self.shift = shift
+        self.block_causal = self.stops_at_eos = block_causal  # a block-diffusion family (LLaDA2's rules)
         self.calls = 0  # forward calls
         self.row_calls = 0  # sum over calls of batch rows
         self.logits_rows: list[int] = []  # per call: the query rows projected to logits

@@ -26,8 +26,12 @@ def mask_loving_script(vocab):
 
 
 def _engine(script=None, shift=0):
-    model = ScriptedModel(V, script or mask_loving_script(V), shift=shift)
+    """shift 0 / 1: a LLaDA- / Dream-like family; "bc": block-causal (LLaDA2's block diffusion)."""
+    model = ScriptedModel(V, script or mask_loving_script(V), shift=int(shift == 1), block_causal=shift == "bc")
     return Engine(model, mask_id=MASK, eos_ids=[EOS], pad_id=0), model
+
+
+FAMILIES = [0, 1, "bc"]
 
 
 # every registered decoder at its defaults (a new decoder module is tested without editing this file),
@@ -39,7 +43,7 @@ DECODERS = [(name, {}) for name in names()] + [
     ("rps", {"tau_pivot": "0.3", "pivot": "max_entropy"})]
 
 
-@pytest.mark.parametrize("shift", [0, 1])
+@pytest.mark.parametrize("shift", FAMILIES)
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("name,settings", DECODERS)
 def test_invariants(name, settings, cache, shift):
@@ -47,23 +51,36 @@ def test_invariants(name, settings, cache, shift):
     events = []
     cfg = GenerationConfig(gen_length=12, block_length=4, cache=cache)
     out = engine.generate([PROMPTS[0]], build(name, settings), cfg, trace=events.append)[0]
-    check_invariants(out, events, model.calls, blocks=3, block_length=4, shift=shift)
+    if shift == "bc":  # prompt of 5: blocks from position 4, the first holding its last token; at most 4 blocks
+        check_invariants(out, events, model.calls, blocks=None, block_length=4, shift=0, lead=1, max_blocks=4)
+    else:
+        check_invariants(out, events, model.calls, blocks=3, block_length=4, shift=shift)
     again = _engine(shift=shift)[0].generate([PROMPTS[0]], build(name, settings), cfg)[0]
     assert again.tokens == out.tokens and again.nfe == out.nfe  # deterministic
 
 
-def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=MASK):
-    """The shared properties of one decoded sample, from its output and decode trace."""
+def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=MASK, lead=0, max_blocks=None,
+                     eos=(EOS,)):
+    """The shared properties of one decoded sample, from its output and decode trace.
+
+    Block-aligned families: `lead` prompt tokens sit at the start of the first block (trace
+    positions count from the response start), and a block-end EOS stop may decode fewer than
+    `max_blocks` blocks (blocks=None: as many as the trace shows)."""
     L = block_length
+    if blocks is None:
+        blocks = len({e["block"] for e in events})
+        assert 1 <= blocks <= max_blocks and sorted({e["block"] for e in events}) == list(range(blocks))
+        if blocks < max_blocks:  # stopped early: only after a block that left an EOS in the response
+            assert set(eos) & set(out.tokens)
     assert mask not in out.tokens  # every block ends unmasked, the mask id is never committed
     assert out.nfe == calls  # NFE counts exactly the forwards run
     opens = [e for e in events if e["phase"] == "open"]
     steps = [e for e in events if e["phase"] == "step"]
     # shifted families: the block opening commits the block's first position, nothing else does
     assert [[p for p, _ in e["committed"]] for e in opens] == ([[L * b] for b in range(blocks)] if shift else [])
-    for e in steps + opens:  # commits (and remasks) only inside the current block
+    for e in steps + opens:  # commits (and remasks) only inside the current block (never the prompt's tail)
         for p in [p for p, _ in e["committed"]] + e.get("remasked", []):
-            assert L * e["block"] <= p < L * (e["block"] + 1)
+            assert max(0, L * e["block"] - lead) <= p < L * (e["block"] + 1) - lead
     for b in range(blocks):  # progress: after t steps of a block at least t tokens net committed
         net = 0
         for t, e in enumerate([e for e in steps if e["block"] == b], 1):
@@ -76,7 +93,7 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=MA
     assert sum(e["forward"] is None for e in steps + opens) == blocks
 
 
-@pytest.mark.parametrize("shift", [0, 1])
+@pytest.mark.parametrize("shift", FAMILIES)
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("name,settings", DECODERS)
 def test_batch_equals_single_runs(name, settings, cache, shift):
@@ -222,6 +239,7 @@ class Counted:
     def __init__(self, model):
         self.model, self.calls = model, 0
         self.shift, self.opening_commit = model.shift, model.opening_commit
+        self.block_causal, self.stops_at_eos = model.block_causal, model.stops_at_eos
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -233,7 +251,7 @@ TINY_DECODERS = DECODERS + [("eb_sampler", {"gamma": "2.5", "order": "confidence
                             ("rps", {}), ("rps", {"tau_pivot": "0.3", "k_max": "5", "r": "0.05"})]
 
 
-@pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny"])
+@pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny", "llada2-tiny"])
 def tiny(request, golden):
     from ripple.platform.runtime.loading import load_model
 
@@ -256,7 +274,11 @@ def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
         eng, model = engine()
         events = []
         out = eng.generate([p], build(name, settings), cfg, trace=events.append)[0]
-        check_invariants(out, events, model.calls, blocks=2, block_length=8, shift=tiny.shift, mask=tiny.mask_id)
+        if tiny.model.block_causal:  # LLaDA2: blocks from position 0, the prompt's tail in the first one
+            check_invariants(out, events, model.calls, blocks=None, block_length=8, shift=0, mask=tiny.mask_id,
+                             lead=len(p) % 8, max_blocks=3, eos=tiny.eos_ids)
+        else:
+            check_invariants(out, events, model.calls, blocks=2, block_length=8, shift=tiny.shift, mask=tiny.mask_id)
         singles.append(out)
     batch = engine()[0].generate(prompts, build(name, settings), cfg)  # also: greedy decoding is deterministic
     assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles]

@@ -311,3 +311,12 @@ def test_a_gpu_smaller_than_the_weights_is_refused_before_loading(tmp_path, monk
         check_device_memory([f], torch.device("cuda:0"), torch.bfloat16, "big")
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (5 << 30, 8 << 30))
     check_device_memory([f], torch.device("cuda:0"), torch.bfloat16, "big")  # fits: no error
+
+
+def test_shipped_llada2_grid_validates_with_a_dry_run(capsys):
+    assert main(["grid", "llada2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "experiment llada2, 28 cells" in out and "models: inclusionAI/LLaDA2.0-mini" in out
+    for name in ("default", "confidence(tau=0.95)", "klass", "eb_sampler", "wino", "lopa", "rps"):
+        assert name in out
+    assert "gen_lengths: 256" in out and "block_lengths: 32" in out
