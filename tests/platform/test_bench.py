@@ -81,6 +81,7 @@ def test_moe_preset_report_runs_block_causal_forwards_and_decodes():
     r = run_preset(get_preset("tiny-moe"), "cpu", "float32", reps=1, ks=(2,), batches=(1,), decoders=("confidence",))
     assert [f.tokens_fed for f in r.forwards] == [32 + 32, 32, 32]  # the extent ends at the block: dual = prefix
     assert all(d.tps and d.tps > 0 for d in r.decodes)
+    assert "preset tiny-moe: llada2_moe family, d_model 64, 2 layers" in r.format()
 
 
 def test_random_llada2_checkpoint_in_two_shards_loads_and_decodes(tmp_path, capsys):

@@ -21,6 +21,7 @@ import torch
 from ...decoders import build
 from .bench_models import Preset, parameter_count, random_engine
 from .engine import Engine, GenerationConfig, synchronize
+from .models import get_family
 
 CACHES = ("none", "prefix", "dual")
 KS = (2, 4, 10)
@@ -71,11 +72,14 @@ class PresetReport:
                 "decodes": [d.__dict__ for d in self.decodes]}
 
     def format(self) -> str:
-        p, c = self.preset, self.preset.config
+        p = self.preset
+        family = get_family(p.config["model_type"])
+        c = family.to_config(p.config)
+        moe = f", MoE {c.moe.n_experts} experts x {c.moe.hidden} top-{c.moe.top_k}" if c.moe else ""
         ks = sorted(self.forwards[0].lookahead_ms) if self.forwards else []
         bs = sorted(self.opening_ms)
-        lines = [f"preset {p.name}: llada family, d_model {c['d_model']}, {c['n_layers']} layers, {c['n_heads']} heads, "
-                 f"mlp {c['mlp_hidden_size']}, vocab {c['vocab_size']} ({_count(self.parameters)} parameters), "
+        lines = [f"preset {p.name}: {family.name} family, d_model {c.d_model}, {c.n_layers} layers, {c.n_heads} heads, "
+                 f"mlp {c.mlp_hidden}{moe}, vocab {c.vocab_size} ({_count(self.parameters)} parameters), "
                  f"random weights, {self.dtype} on {self.device}; canvas {p.prompt_tokens} prompt + {p.gen_length} "
                  f"response tokens, block {p.block_length}",
                  "block-opening forward (full canvas, fills the KV cache): "
