@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from ....errors import RippleError
-from .family import Family, register_family, require
+from .family import Family, register_family, renamer, require
 from .moe import MoEConfig
 from .transformer import TransformerConfig
 
@@ -30,7 +30,7 @@ _ATTN = {"attention.query_key_value": "attn.qkv", "attention.dense": "attn.o",
          "mlp.shared_experts.up_proj": "moe.shared.up", "mlp.shared_experts.down_proj": "moe.shared.down"}
 _TOP = {"model.word_embeddings.weight": "embed.weight", "model.norm.weight": "norm.weight",
         "lm_head.weight": "head.weight"}
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)\.(weight|bias)$")
+_plain = renamer(r"^model\.layers\.(\d+)\.(.+)\.(weight|bias)$", _ATTN, _TOP)
 _EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 _EXPERT_BIAS = re.compile(r"^model\.layers\.(\d+)\.mlp\.gate\.expert_bias$")
 
@@ -46,12 +46,7 @@ def _rename(key: str):
     m = _EXPERT_BIAS.match(key)
     if m:
         return f"layers.{m.group(1)}.moe.expert_bias"
-    m = _LAYER.match(key)
-    if m:
-        layer, name, kind = m.groups()
-        ours = _ATTN.get(name)
-        return f"layers.{layer}.{ours}.{kind}" if ours else None
-    return _TOP.get(key)
+    return _plain(key)
 
 
 def _moe(cfg: dict) -> MoEConfig | None:
