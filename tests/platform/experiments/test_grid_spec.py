@@ -12,7 +12,8 @@ PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "paper-table1", "rps-ablation", "rps-tiny"]
+    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "llada2", "paper-table1", "rps-ablation",
+                              "rps-tiny"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -188,3 +189,26 @@ def test_batch_size_is_a_spec_key_and_a_flag_but_no_part_of_any_cell_id(tmp_path
         main(["grid", "demo", "--batch-size", "x"])
     assert exc.value.code == 2 and capsys.readouterr().err.count("\n") == 1
     assert not store.exists()
+
+
+def test_settings_added_later_keep_earlier_cell_ids():
+    """A cell at eos_early_stop off and confidence steps 0 hashes as before those settings existed, so
+    stores written before them resume; turning either on makes a new cell."""
+    import hashlib
+
+    import yaml
+
+    from ripple.errors import RippleError
+    from ripple.platform.experiments.store import dumps
+
+    spec = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")), "t")
+    cell = spec.cells[0]
+    before = {k: v for k, v in cell.settings.items() if k != "eos_early_stop"}
+    before["params"] = {k: v for k, v in before["params"].items() if k != "steps"}
+    assert cell.cell_id == hashlib.sha256(dumps(before).encode()).hexdigest()[:16]
+    early = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")
+                                      + "eos_early_stop: true\n"), "t").cells[0]
+    stepped = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[{name: confidence, params: {steps: 4}}]")), "t").cells[0]
+    assert early.eos_early_stop and len({cell.cell_id, early.cell_id, stepped.cell_id}) == 3
+    with pytest.raises(RippleError, match="eos_early_stop"):
+        parse_spec(yaml.safe_load(GOOD + "eos_early_stop: maybe\n"), "t")
