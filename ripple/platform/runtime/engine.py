@@ -206,6 +206,8 @@ class Engine:
             b0, b1 = beyond
             toks = torch.cat((toks, canvas[:, b0:b1]), dim=1)  # [B, Tw + m*Lw + S + Lb]
             pos = torch.cat((pos, positions[:, b0:b1]), dim=1)
+        if block is not None and w0 >= lo and N <= hi:
+            block = None  # every query is in the last block of the canvas: block-causal sees all (SDPA unmasked)
         mask = None
         if m or shadow or beyond is not None or block is not None or bool(pad[:, :N].any()):
             mask = self._mask(pad[:, :N], positions[:, :N], w0, w1, lo, hi, m, shadow, beyond, block)
