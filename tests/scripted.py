@@ -29,6 +29,12 @@ class TokenCache:
     def truncate(self, n):
         return TokenCache(self.tokens[:, :n], self.positions[:, :n])
 
+    def merge(self, fresh, w0, w1, n):
+        def cat(old, new):
+            return torch.cat((old[:, :w0], new[:, :w1 - w0], old[:, w1:n]), dim=1)
+
+        return TokenCache(cat(self.tokens, fresh.tokens), cat(self.positions, fresh.positions))
+
 
 @dataclass
 class _Out:

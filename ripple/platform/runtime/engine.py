@@ -217,6 +217,8 @@ class Engine:
                          logits_rows=logits_rows, return_kv=return_kv)
         if not return_kv:
             return out.logits
+        if kv is not None:  # the canvas's keys: cached outside the window, fresh inside
+            return out.logits, kv.merge(out.kv, w0, w1, N)
         return out.logits, out.kv.truncate(N) if toks.shape[1] > N else out.kv  # the canvas's keys only
 
     def _mask(self, pad, positions, w0, w1, lo, hi, m, shadow=False, beyond=None, block=None) -> torch.Tensor:
@@ -319,6 +321,7 @@ class _Run:
         self.t_end = [0.0] * B
         self.stopped = [False] * B
         self.sample_memory: list[dict] = [{} for _ in range(B)]  # decoder scratch per sample, across blocks
+        self._finished = None  # block diffusion: (KV cache of the last opening, its rows' batch indices)
 
     # one forward of `kind` over `rows` of the batch, counted for those rows
     def _count(self, rows: list[int], lookahead: bool = False) -> None:
@@ -393,11 +396,23 @@ class _Run:
         # block-opening forward: the prediction for canvas position i is read at row i - shift;
         # the next block's rows are window rows, or (beyond the extent) a copy of that block
         beyond = (be, be + L) if nxt and be >= ext else None
-        want = torch.cat([ar(L) + bs - s] + ([ar(L) + (ext if beyond else be - s)] if nxt else []))
         cached = cfg.cache != "none"
-        out = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), None, 0, ext, bs, be,
+        # block diffusion with a cache: keys of the blocks before the previous one come from the
+        # previous opening (each computed after its block's last commit); the previous block, now
+        # finished, and this one are computed fresh. Otherwise the canvas up to the extent is.
+        prev = self._finished if cached and e.block_causal and blk > 0 else None
+        o0 = bs - L if prev is not None else 0
+        want = torch.cat([ar(L) + bs - s - o0] + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
+        past = None
+        if prev is not None:
+            past_kv, past_rows = prev
+            past = past_kv if len(past_rows) == len(rows) else \
+                past_kv.select(torch.tensor([past_rows[r] for r in rows], device=e.device))
+        out = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), past, o0, ext, bs, be,
                                None, want, beyond=beyond, extent=ext, block=causal, return_kv=cached)
         logits, kv = out if cached else (out, None)
+        if cached and e.block_causal:
+            self._finished = (kv, {r: i for i, r in enumerate(rows)})
         self._count(rows)
         states = {}
         for i, r in enumerate(rows):

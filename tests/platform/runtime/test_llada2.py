@@ -106,7 +106,9 @@ def test_block_layout_aligned_extent_and_last_block_in_full(llada2):
     extents = [ext for ext, _, _ in rec.seen]
     assert extents == [16] * 3 + [24] * 8 + [32] * 8
     windows = [w for _, w, _ in rec.seen]
-    assert windows == [None, (8, 16), (8, 16), None] + [(16, 24)] * 7 + [None] + [(24, 32)] * 7
+    # prefix: a block's opening recomputes the previous block (finished now) and itself, the keys of
+    # earlier blocks come from the previous opening; its steps recompute the block only
+    assert windows == [None, (8, 16), (8, 16), (8, 24)] + [(16, 24)] * 7 + [(16, 32)] + [(24, 32)] * 7
 
 
 def test_batch_rows_of_different_block_offsets_equal_single_runs(llada2):
@@ -119,6 +121,25 @@ def test_batch_rows_of_different_block_offsets_equal_single_runs(llada2):
             batch = engine.generate(prompts, build(name, settings), cfg)
             singles = [engine.generate([p], build(name, settings), cfg)[0] for p in prompts]
             assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles], (name, cache)
+
+
+def test_prefix_cache_is_exact_for_finished_blocks(llada2):
+    """The opening of block b reuses keys of blocks < b - 1 from the previous opening: its block rows
+    equal those of a full block-causal forward over the same canvas."""
+    engine = Engine.from_loaded(llada2)
+    g = torch.Generator().manual_seed(3)
+    canvas = torch.randint(0, 150, (1, 40), generator=g)
+    canvas[0, 32:] = llada2.mask_id  # block 4 (positions 32..40) just opened, blocks 0-3 finished
+    positions, pad = torch.arange(40)[None], torch.zeros(1, 40, dtype=torch.bool)
+    earlier = canvas[:, :32].clone()
+    earlier[0, 24:32] = llada2.mask_id  # the previous opening saw block 3 still masked
+    _, kv = engine.forward_full(earlier, positions[:, :32], pad[:, :32], torch.arange(24, 32), True, block=8)
+    full, _ = engine.forward_full(canvas, positions, pad, torch.arange(32, 40), True, block=8)
+    part, merged = engine.forward_window(canvas, positions, pad, kv, 24, 40, 32, 40, None, torch.arange(8, 16),
+                                         block=8, return_kv=True)
+    assert (part - full).abs().max() < 1e-4
+    _, fresh = engine.forward_full(canvas, positions, pad, torch.arange(32, 40), True, block=8)
+    assert all((a - b).abs().max() < 1e-4 for a, b in zip(merged.keys, fresh.keys))
 
 
 def test_dual_behaves_as_prefix_for_every_decoder(llada2):

@@ -72,6 +72,15 @@ class KVCache:
         """The first n positions (the canvas, without packed segments appended after it)."""
         return KVCache([k[:, :, :n] for k in self.keys], [v[:, :, :n] for v in self.values])
 
+    def merge(self, fresh: "KVCache", w0: int, w1: int, n: int) -> "KVCache":
+        """Canvas positions [0, n): these keys outside [w0, w1), `fresh`'s first w1 - w0 inside
+        (`fresh`: the keys of a forward that recomputed that window)."""
+        def cat(old, new):
+            return torch.cat((old[:, :, :w0], new[:, :, :w1 - w0], old[:, :, w1:n]), dim=2)
+
+        return KVCache([cat(o, f) for o, f in zip(self.keys, fresh.keys)],
+                       [cat(o, f) for o, f in zip(self.values, fresh.values)])
+
 
 @dataclass(frozen=True)
 class ForwardOutput:
