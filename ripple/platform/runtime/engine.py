@@ -41,7 +41,8 @@ key j iff pos_j // B <= pos_i // B); a row decodes ceil((P + G) / B) - P // B bl
 one in full even past P + G (those positions are decoded, then cut from the output). With
 the extent ending at the block, `prefix` recomputes [bs, be) with finished blocks' keys from
 the block-opening forward, made after their last commit, so it is exact, and `dual` is the
-same window. A family that `stops_at_eos` ends a row after a block that leaves an EOS in its
+same window; the opening itself recomputes only the previous block (finished since the last
+opening) and the current one, with the keys of earlier blocks from the previous opening. A family that `stops_at_eos` ends a row after a block that leaves an EOS in its
 response, whatever `stop_at_eos` says. `eos_early_stop` (any family) also ends a row right
 after a decision that committed an EOS when no mask lies between the response start and the
 first EOS (LLaDA2's `eos_early_stop`: same tokens up to that EOS, fewer forwards).
