@@ -98,3 +98,13 @@ def test_cli_usage_errors_and_dry_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["sweep", "--help"])
     assert exc.value.code == 0 and "ripple sweep tiny-demo" in capsys.readouterr().out
+
+
+def test_eos_early_stop_reaches_every_trial_cell():
+    sweep = parse_sweep_spec({**BASE, "eos_early_stop": True}, "t.yaml")
+    cells = sweep.cells_for("rps", {"lambda": 0.2})
+    assert cells and all(c.eos_early_stop for c in cells)
+    plain = parse_sweep_spec(BASE, "t.yaml").cells_for("rps", {"lambda": 0.2})
+    assert {c.cell_id for c in cells}.isdisjoint(c.cell_id for c in plain)
+    with pytest.raises(RippleError, match="eos_early_stop"):
+        parse_sweep_spec({**BASE, "eos_early_stop": "yes please"}, "t.yaml")
