@@ -157,20 +157,23 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
     """Decoders x tasks: accuracy / mean NFE / TPS / speedup, one table per context:
     (context key, its description, table)."""
     vary = _varying(cells, CONTEXT)
+    batched = cells.height > 0 and int(cells["batch_size"].max()) > 1  # throughput mode: its column too
+    metrics = ("acc %", "NFE", "TPF", "TPS", "speedup", *(("throughput",) if batched else ()))
     out = []
     for key, rows in _groups(cells, CONTEXT):
         tasks = rows["task"].unique(maintain_order=True).to_list()
-        header = ["decoder"] + [f"{t} {m}" for t in tasks for m in ("acc %", "NFE", "TPS", "speedup")]
+        header = ["decoder"] + [f"{t} {m}" for t in tasks for m in metrics]
         body = []
         for label in _labels(rows):
             line = [label]
             for t in tasks:
                 r = rows.filter((pl.col("label") == label) & (pl.col("task") == t))
                 if r.height == 0:
-                    line += ["-"] * 4
+                    line += ["-"] * len(metrics)
                     continue
                 c = r.row(0, named=True)
-                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_tps(c["tps"]), fmt_speedup(c)]
+                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_nfe(c["tpf"]), fmt_tps(c["tps"]), fmt_speedup(c),
+                         *((fmt_tps(c["throughput"]),) if batched else ())]
             body.append(tuple(line))
         desc = _describe(key, vary)
         out.append((key, desc, Table("main", f"Decoders x tasks ({desc})", tuple(header), tuple(body))))
@@ -228,11 +231,11 @@ def sensitivity_table(key: dict[str, Any], rows: pl.DataFrame, names: list[str],
     acc, tps, nfe = rows["accuracy"].to_list(), rows["tps"].to_list(), rows["mean_nfe"].to_list()
     on_tps = front_flags(list(zip(acc, tps)), ACCURACY_TPS)
     on_nfe = front_flags(list(zip(acc, nfe)), ACCURACY_NFE)
-    header = (*names, "acc %", "mean NFE", "TPS", "speedup", "n", "Pareto front")
+    header = (*names, "acc %", "mean NFE", "TPF", "TPS", "speedup", "n", "Pareto front")
     body = []
     for i, c in enumerate(rows.iter_rows(named=True)):
         front = " + ".join(n for n, f in (("acc-TPS", on_tps[i]), ("acc-NFE", on_nfe[i])) if f) or ""
-        body.append((*(str(ps[i].get(n, "-")) for n in names), fmt_acc(c), fmt_nfe(c["mean_nfe"]),
+        body.append((*(str(ps[i].get(n, "-")) for n in names), fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_nfe(c["tpf"]),
                      fmt_tps(c["tps"]), fmt_speedup(c), str(c["n"]), front))
     shown = {"model", "task", "decoder", *ALWAYS_SHOWN, *vary}
     desc = ", ".join(f"{k} {key[k]}" for k in key if k in shown)
@@ -453,7 +456,8 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
                         f"{'; '.join(hardware) or 'unknown'}. Generated "
                         f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."))
     blocks.append(("p", "accuracy % = correct / samples without error; NFE = mean forward calls per sample; "
-                        "TPS = sum of generated tokens / sum of decode seconds; speedup = TPS / TPS of `default` "
+                        "TPF = generated tokens / forward calls, summed over the cell (tokens per forward); "
+                        "throughput (throughput mode only) = generated tokens / wall seconds of the batches; TPS = sum of generated tokens / sum of decode seconds; speedup = TPS / TPS of `default` "
                         "with the same model, task, gen_length, block_length and cache. How to read the intervals: "
                         "± is half the width of a 95 % interval (Wilson for accuracy, a paired bootstrap over the "
                         "samples both cells share for speedup), so two decoders whose intervals overlap widely "

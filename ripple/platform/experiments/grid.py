@@ -393,10 +393,10 @@ def format_table(run: GridRun) -> str:
                                                 s.cell.label()] for s in sums]
     minimum = [7] + [0] * len(varying) + [11]  # the widths of the original demo table
     widths = [max(m, *(len(row[i]) for row in keys)) for i, m in enumerate(minimum)]
-    cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", _number(s.tps),
+    cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", _tpf(s.tpf), _number(s.tps),
              s.speedup_text()] + ([_number(s.throughput)] if batched else []) + ([str(s.errors)] if errors else [])
             for s in sums]
-    metrics = (["accuracy %", "mean NFE", "TPS", "speedup"] + (["throughput"] if batched else [])
+    metrics = (["accuracy %", "mean NFE", "TPF", "TPS", "speedup"] + (["throughput"] if batched else [])
                + (["errors"] if errors else []))
     mwidths = [max(len(m), *(len(c[i]) for c in cols)) for i, m in enumerate(metrics)]
 
@@ -416,3 +416,7 @@ def format_table(run: GridRun) -> str:
 
 def _number(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
+
+
+def _tpf(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
