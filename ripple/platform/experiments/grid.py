@@ -276,7 +276,7 @@ def run_grid(spec: GridSpec, store_dir: str | os.PathLike, *, experiment: str | 
         _execute(run, items, todo, tracker, progress, workers, digests)
     run.summaries = summarize(spec, items, store.read())
     if tracker is not None and run.summaries:
-        tracker.log_cells(run.summaries, store.read(), spec.path)
+        tracker.log_cells(run.summaries, store.read(), spec.path, spec.data_dir)
     run.seconds = time.perf_counter() - started
     return run
 
@@ -321,7 +321,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
         if tracker is not None and finished:
             frame = store.read()
             complete = [it for it in items if per_cell[it.cell.cell_id] <= 0]  # speedup needs Default's cell
-            tracker.log_cells(summarize(spec, complete, frame, only=finished), frame, spec.path)
+            tracker.log_cells(summarize(spec, complete, frame, only=finished), frame, spec.path, spec.data_dir)
         bar.set_description(_progress_text(run, per_cell, total), refresh=False)
         bar.update(len(records))
 
