@@ -310,5 +310,5 @@ def summary_line(board: Leaderboard) -> str:
     dropped = sum(len(s.dropped) for s in board.sections)
     note = f"; {dropped} point(s) dropped from AUP curves (listed on the page)" if dropped else ""
     return (f"leaderboard: {board.html} ({rows} rows in {len(board.sections)} model/task sections from "
-            f"{len(board.experiments)} experiments: {', '.join(board.experiments)}){note}")
+            f"{len(board.experiments)} experiment(s): {', '.join(board.experiments)}){note}")
 
