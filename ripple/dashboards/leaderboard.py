@@ -23,8 +23,6 @@ import base64
 import csv
 import html
 import math
-import shutil
-import uuid
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,8 @@ from ..errors import RippleError
 from ..platform.experiments.metrics import aup
 from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_TPF, front_flags
-from .report import _figure, _save, _slug, fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, stored_experiments, summarize_cells
+from .report import (_figure, _save, _slug, fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, staged_folder, stored_experiments,
+                     summarize_cells)
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto")
@@ -287,21 +286,12 @@ def build_leaderboard(store_dir: str | Path, out_dir: str | Path | None = None) 
         raise RippleError(f"--out {out} exists and is not a leaderboard folder; give a new or leaderboard directory")
     cells, experiments = load_cells(store_dir)
     sections = build_rows(cells)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with staged_folder(out) as tmp:
         for s in sections:
             plot_section(s, tmp / s.figure)
         (tmp / "leaderboard.md").write_text(to_markdown(sections, experiments))
         (tmp / "leaderboard.html").write_text(to_html(sections, experiments, tmp))
         write_csv(sections, tmp / "leaderboard.csv")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return Leaderboard(out, tuple(sections), tuple(experiments))
 
 

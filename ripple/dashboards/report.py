@@ -24,10 +24,11 @@ import math
 import re
 import shutil
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import polars as pl
 
@@ -415,6 +416,23 @@ def default_out(store_dir: str | Path, experiment: str) -> Path:
     return Path(store_dir).expanduser() / experiment / "report"
 
 
+@contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """A fresh sibling of `out` to write into: it replaces `out` once the block finishes and is removed
+    if the block fails, so a reader never sees a half-written folder nor loses the previous one."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
 def build_report(store_dir: str | Path, experiment: str, out_dir: str | Path | None = None, *,
                  tracking_uri: str | None = None, track: bool = True) -> Report:
     """Write the report folder for `experiment` (atomically: a failure leaves no half folder)
@@ -427,20 +445,11 @@ def build_report(store_dir: str | Path, experiment: str, out_dir: str | Path | N
     runs = tracker.runs_by_cell() if tracker else {}
     cells = summarize_cells(records)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with staged_folder(out) as tmp:
         blocks, tables, figures = _compose(experiment, Path(store_dir), records, cells, runs, tmp)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"Ripple report: {experiment}", tmp))
         cells.write_csv(tmp / "cells.csv")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     run_id = _log_report(tracker, out) if tracker else None
     return Report(experiment, out, cells, tuple(tables), tuple(out / f.name for f in figures), run_id)
 

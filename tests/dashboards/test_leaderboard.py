@@ -193,3 +193,10 @@ def test_the_page_in_headless_chromium_sorts_by_a_clicked_header_without_console
         assert browser.errors == ["seen"]
     finally:
         browser.close()
+
+
+def test_help_shows_examples(capsys):
+    with pytest.raises(SystemExit):
+        main(["leaderboard", "--help"])
+    text = capsys.readouterr().out
+    assert "examples:" in text and "ripple leaderboard --store" in text and "--out" in text

@@ -2,7 +2,6 @@
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -12,9 +11,9 @@ import urllib.request
 import pytest
 
 from ripple.platform.experiments.tracking import ui_url
+from tests.dashboards.cdp import CHROMIUM, FLAGS
 from tests.platform.gridtools import run_grid
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (CI installs Debian's package)")
 
 
@@ -50,9 +49,7 @@ def test_the_ui_opens_on_the_runs_table_with_every_demo_run(tmp_path):
                 time.sleep(0.5)
         exp = json.loads(_get(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=demo"))["experiment"]
         dom = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1600,3000", "--virtual-time-budget=20000",
+            [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1600,3000", "--virtual-time-budget=20000",
              "--dump-dom", ui_url(port, exp["experiment_id"])],
             capture_output=True, text=True, timeout=180).stdout
     finally:
