@@ -237,7 +237,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"{task.name} | {decoder.name} {decoder.params.to_dict()} | cache {config.cache} | n {cell.n}")
         m = cell.stats
         print(f"accuracy {m.accuracy_text()} % (95 % Wilson interval {m.accuracy_lo:.1f} to {m.accuracy_hi:.1f}) | "
-              f"mean NFE {m.mean_nfe:.2f} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})")
+              f"mean NFE {m.mean_nfe:.2f} | TPF {'-' if m.tpf is None else f'{m.tpf:.2f}'} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})")
     return 0
 
 

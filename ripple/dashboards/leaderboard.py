@@ -33,8 +33,8 @@ from ..errors import RippleError
 from ..platform.experiments.metrics import aup
 from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_TPF, front_flags
-from .report import (_figure, _save, _slug, fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, staged_folder, stored_experiments,
-                     summarize_cells)
+from .report import (fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, new_figure, save_png, slug, staged_folder,
+                     stored_experiments, summarize_cells)
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto")
@@ -122,7 +122,7 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
         for r, f in zip(rows, flags):
             r["pareto"] = f
         rows.sort(key=lambda r: (order.get(r["decoder"], len(order)), r["decoder"], r["params"], r["experiment"]))
-        sections.append(Section(key, tuple(rows), f"leaderboard-{_slug('-'.join(key.values()))}.png", dropped))
+        sections.append(Section(key, tuple(rows), f"leaderboard-{slug('-'.join(key.values()))}.png", dropped))
     return sections
 
 
@@ -154,7 +154,7 @@ def _setting(r: dict[str, Any]) -> str:
 def plot_section(section: Section, path: Path) -> Path:
     """Accuracy against TPF: each decoder curve of each experiment joined in TPF order, the Pareto
     front ringed."""
-    fig = _figure(7.2, 4.6)
+    fig = new_figure(7.2, 4.6)
     ax = fig.add_subplot(1, 1, 1)
     curves: dict[tuple, list[dict[str, Any]]] = {}
     for r in section.rows:
@@ -178,7 +178,7 @@ def plot_section(section: Section, path: Path) -> Path:
     ax.set_ylabel("accuracy %")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 # ---------------------------------------------------------------------------- documents

@@ -256,20 +256,20 @@ def cells_table(cells: pl.DataFrame, runs: dict[str, str]) -> Table:
 
 
 # ---------------------------------------------------------------------------- plots
-def _figure(width: float = 6.4, height: float = 4.0):
+def new_figure(width: float = 6.4, height: float = 4.0):
     from matplotlib.figure import Figure  # object API: no pyplot global state, no GUI backend
 
     return Figure(figsize=(width, height), dpi=110, layout="constrained")
 
 
-def _save(fig, path: Path) -> Path:
+def save_png(fig, path: Path) -> Path:
     fig.savefig(path, format="png", metadata={"Software": None})
     return path
 
 
 def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:
     """Accuracy vs TPS and accuracy vs mean NFE; the front drawn as a line, dominated points grey."""
-    fig = _figure(11.0, 4.4)
+    fig = new_figure(11.0, 4.4)
     acc, labels = rows["accuracy"].to_list(), rows["label"].to_list()
     for ax, col, senses, xlabel in ((fig.add_subplot(1, 2, 1), "tps", ACCURACY_TPS, "TPS (generated tokens / s)"),
                                     (fig.add_subplot(1, 2, 2), "mean_nfe", ACCURACY_NFE, "mean NFE (lower is better)")):
@@ -288,7 +288,7 @@ def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
@@ -300,7 +300,7 @@ def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
         return None
     tasks = rows["task"].unique(maintain_order=True).to_list()
     labels = _labels(rows)
-    fig = _figure(min(16.0, max(6.4, 1.2 + 0.45 * len(tasks) * len(labels))), 4.0)
+    fig = new_figure(min(16.0, max(6.4, 1.2 + 0.45 * len(tasks) * len(labels))), 4.0)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / len(labels)
     for j, label in enumerate(labels):
@@ -316,7 +316,7 @@ def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
     ax.set_ylabel("speedup vs default (TPS ratio)")
     ax.legend(fontsize=7, ncols=min(4, len(labels)))
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> Path | None:
@@ -324,7 +324,7 @@ def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> P
     xs = [p.get(name) for p in _params(rows)]
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
         return None
-    fig = _figure(6.4, 4.0)
+    fig = new_figure(6.4, 4.0)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(xs, rows["accuracy"].to_list(), "-o", c="tab:blue", label="accuracy %")
     ax.set_xlabel(name)
@@ -334,7 +334,7 @@ def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> P
     ax2.set_ylabel("TPS", color="tab:orange")
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 # ---------------------------------------------------------------------------- documents
@@ -484,7 +484,7 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
         figs = []
         for t in rows["task"].unique(maintain_order=True).to_list():
             figs.append(plot_pareto(rows.filter(pl.col("task") == t), f"Pareto fronts, task {t}: {desc}",
-                                    folder / f"pareto-{_slug(t)}{suffix}.png"))
+                                    folder / f"pareto-{slug(t)}{suffix}.png"))
         bar = plot_speedup(rows, f"Speedup vs default: {desc}", folder / f"speedup{suffix}.png")
         figs += [bar] if bar else []
         table = Table(table.kind, table.title, table.header, table.rows, tuple(f.name for f in figs), table.note)
@@ -508,7 +508,7 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
             fig = None
             if len(names) == 1:
                 fig = plot_sensitivity(rows, names[0], table.title,
-                                       folder / f"sensitivity-{_slug(key['decoder'])}-{_slug(key['task'])}-{j}.png")
+                                       folder / f"sensitivity-{slug(key['decoder'])}-{slug(key['task'])}-{j}.png")
             if fig:
                 table = Table(table.kind, table.title, table.header, table.rows, (fig.name,), table.note)
                 figures.append(fig)
@@ -521,7 +521,7 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
     return blocks, tables, figures
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
 
 
