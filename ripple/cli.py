@@ -236,8 +236,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(f"{task.name} | {decoder.name} {decoder.params.to_dict()} | cache {config.cache} | n {cell.n}")
         m = cell.stats
+        tpf = "-" if m.tpf is None else f"{m.tpf:.2f}"
         print(f"accuracy {m.accuracy_text()} % (95 % Wilson interval {m.accuracy_lo:.1f} to {m.accuracy_hi:.1f}) | "
-              f"mean NFE {m.mean_nfe:.2f} | TPF {'-' if m.tpf is None else f'{m.tpf:.2f}'} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})")
+              f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})")
     return 0
 
 

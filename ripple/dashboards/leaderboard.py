@@ -23,7 +23,7 @@ import base64
 import csv
 import html
 import math
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,43 @@ NO_WEIGHTS = "unknown"  # records stored before they carried a weights digest
 
 
 @dataclass(frozen=True)
+class Row:
+    """One decoder setting of one experiment on one model, weights and task: the CSV's COLUMNS, then
+    what the page shows beside them (the accuracy test and the speedup interval) and its curve's key."""
+
+    model: str
+    weights: str
+    task: str
+    decoder: str
+    params: str  # the hyperparameters that differ from the decoder's defaults, e.g. `tau=0.3`
+    experiment: str
+    n: int
+    accuracy: float
+    accuracy_lo: float
+    accuracy_hi: float
+    tpf: float | None
+    mean_nfe: float
+    tps: float | None
+    speedup: float | None
+    aup: float | None  # its decoder curve's
+    pareto: bool  # on the section's accuracy-TPF front
+    curve: tuple
+    p_value: float | None
+    speedup_lo: float | None
+    speedup_hi: float | None
+
+    @property
+    def usable(self) -> bool:
+        """Has a point to plot, rank and score: samples without error and a positive TPF (AUP needs one)."""
+        return bool(self.n and self.tpf)
+
+
+@dataclass(frozen=True)
 class Section:
-    """One model, weights digest and task: its rows (CSV fields), the plot and dropped AUP points."""
+    """One model, weights digest and task: its rows, the plot and dropped AUP points."""
 
     key: dict[str, str]
-    rows: tuple[dict[str, Any], ...]
+    rows: tuple[Row, ...]
     figure: str  # PNG file name
     dropped: tuple[str, ...]  # "decoder setting (experiment): TPF x, accuracy y" per dropped point
 
@@ -111,43 +143,40 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
             params = _params_text(c["label"], c["decoder"])
             if decode_vary:  # the section mixes lengths or caches: say which row is which
                 params = " ".join(filter(None, [params, "[" + " ".join(f"{k}={c[k]}" for k in decode_vary) + "]"]))
-            rows.append({"model": c["model"], "weights": c["weights"], "task": c["task"], "decoder": c["decoder"],
-                         "params": params, "experiment": c["experiment"], "n": c["n"], "accuracy": c["accuracy"],
-                         "accuracy_lo": c["accuracy_lo"], "accuracy_hi": c["accuracy_hi"], "tpf": _num(c["tpf"]),
-                         "mean_nfe": c["mean_nfe"], "tps": _num(c["tps"]), "speedup": _num(c["speedup"]),
-                         "aup": None, "pareto": False, "_curve": tuple(c[k] for k in CURVE),
-                         "_p_value": c["p_value"], "_speedup_lo": c["speedup_lo"], "_speedup_hi": c["speedup_hi"]})
-        dropped = _score_curves(rows)
-        flags = front_flags([(r["accuracy"] if r["n"] else None, r["tpf"]) for r in rows], ACCURACY_TPF)
-        for r, f in zip(rows, flags):
-            r["pareto"] = f
-        rows.sort(key=lambda r: (order.get(r["decoder"], len(order)), r["decoder"], r["params"], r["experiment"]))
+            rows.append(Row(c["model"], c["weights"], c["task"], c["decoder"], params, c["experiment"], c["n"],
+                            c["accuracy"], c["accuracy_lo"], c["accuracy_hi"], _num(c["tpf"]), c["mean_nfe"],
+                            _num(c["tps"]), _num(c["speedup"]), None, False, tuple(c[k] for k in CURVE),
+                            c["p_value"], c["speedup_lo"], c["speedup_hi"]))
+        aups, dropped = _score_curves(rows)
+        flags = front_flags([(r.accuracy, r.tpf) if r.usable else (None, None) for r in rows], ACCURACY_TPF)
+        rows = [replace(r, aup=a, pareto=f) for r, a, f in zip(rows, aups, flags)]
+        rows.sort(key=lambda r: (order.get(r.decoder, len(order)), r.decoder, r.params, r.experiment))
         sections.append(Section(key, tuple(rows), f"leaderboard-{slug('-'.join(key.values()))}.png", dropped))
     return sections
 
 
-def _score_curves(rows: list[dict[str, Any]]) -> tuple[str, ...]:
-    """Set each row's `aup` (its decoder curve's); the points the y_1 - 5 filter dropped, as text."""
-    usable = [r for r in rows if r["n"] and r["tpf"]]
+def _score_curves(rows: list[Row]) -> tuple[list[float | None], tuple[str, ...]]:
+    """Each row's AUP (its decoder curve's; None without a point) and the points the y_1 - 5 filter
+    dropped, as text; y_max is the best accuracy among the rows."""
+    usable = [r for r in rows if r.usable]
     if not usable:
-        return ()
-    y_max = max(r["accuracy"] for r in usable)
-    curves: dict[tuple, list[dict[str, Any]]] = {}
+        return [None] * len(rows), ()
+    y_max = max(r.accuracy for r in usable)
+    curves: dict[tuple, list[Row]] = {}
     for r in usable:
-        curves.setdefault(r["_curve"], []).append(r)
-    dropped = []
-    for members in curves.values():
-        score = aup([(r["tpf"], r["accuracy"]) for r in members], y_max)
-        for r in members:
-            r["aup"] = score.aup
+        curves.setdefault(r.curve, []).append(r)
+    scores, dropped = {}, []
+    for key, members in curves.items():
+        score = aup([(r.tpf, r.accuracy) for r in members], y_max)
+        scores[key] = score.aup
         for tpf, acc in score.dropped:
-            r = next(m for m in members if (m["tpf"], m["accuracy"]) == (tpf, acc))
-            dropped.append(f"{_setting(r)} ({r['experiment']}): TPF {tpf:.2f}, accuracy {acc:.1f}")
-    return tuple(dropped)
+            r = next(m for m in members if (m.tpf, m.accuracy) == (tpf, acc))
+            dropped.append(f"{_setting(r)} ({r.experiment}): TPF {tpf:.2f}, accuracy {acc:.1f}")
+    return [scores[r.curve] if r.usable else None for r in rows], tuple(dropped)
 
 
-def _setting(r: dict[str, Any]) -> str:
-    return f"{r['decoder']}({r['params']})" if r["params"] else r["decoder"]
+def _setting(r: Row) -> str:
+    return f"{r.decoder}({r.params})" if r.params else r.decoder
 
 
 # ---------------------------------------------------------------------------- plot
@@ -156,21 +185,21 @@ def plot_section(section: Section, path: Path) -> Path:
     front ringed."""
     fig = new_figure(7.2, 4.6)
     ax = fig.add_subplot(1, 1, 1)
-    curves: dict[tuple, list[dict[str, Any]]] = {}
+    curves: dict[tuple, list[Row]] = {}
     for r in section.rows:
-        if r["tpf"] is not None and r["n"]:
-            curves.setdefault(r["_curve"], []).append(r)
-    decoders = list(dict.fromkeys(r["decoder"] for r in section.rows))  # a colour per decoder
-    experiments = sorted({r["experiment"] for r in section.rows})  # a marker and line style per experiment
+        if r.usable:
+            curves.setdefault(r.curve, []).append(r)
+    decoders = list(dict.fromkeys(r.decoder for r in section.rows))  # a colour per decoder
+    experiments = sorted({r.experiment for r in section.rows})  # a marker and line style per experiment
     for members in curves.values():
-        members = sorted(members, key=lambda r: r["tpf"])
+        members = sorted(members, key=lambda r: r.tpf)
         r0 = members[0]
-        e = experiments.index(r0["experiment"])
-        name = r0["decoder"] + (f" ({r0['experiment']})" if len(experiments) > 1 else "")
-        ax.plot([r["tpf"] for r in members], [r["accuracy"] for r in members], marker="os^Dv<>"[e % 7],
-                ls=("-", "--", ":", "-.")[e % 4], ms=5, lw=1.2, c=f"C{decoders.index(r0['decoder']) % 10}", label=name)
-    front = [r for r in section.rows if r["pareto"]]
-    ax.scatter([r["tpf"] for r in front], [r["accuracy"] for r in front], s=140, facecolors="none",
+        e = experiments.index(r0.experiment)
+        name = r0.decoder + (f" ({r0.experiment})" if len(experiments) > 1 else "")
+        ax.plot([r.tpf for r in members], [r.accuracy for r in members], marker="os^Dv<>"[e % 7],
+                ls=("-", "--", ":", "-.")[e % 4], ms=5, lw=1.2, c=f"C{decoders.index(r0.decoder) % 10}", label=name)
+    front = [r for r in section.rows if r.pareto]
+    ax.scatter([r.tpf for r in front], [r.accuracy for r in front], s=140, facecolors="none",
                edgecolors="k", lw=1.2, label="Pareto front (accuracy, TPF)")
     k = section.key
     ax.set_title(f"{k['model']} ({k['weights'][:12]}), task {k['task']}", fontsize=10)
@@ -185,15 +214,13 @@ def plot_section(section: Section, path: Path) -> Path:
 HEADER = ("decoder", "params", "experiment", "n", "accuracy %", "TPF", "mean NFE", "TPS", "speedup", "AUP", "Pareto")
 
 
-def _shown(r: dict[str, Any]) -> list[tuple[str, Any]]:
+def _shown(r: Row) -> list[tuple[str, Any]]:
     """(text, sort value) per HEADER column."""
-    acc = fmt_acc({"accuracy": r["accuracy"], "accuracy_lo": r["accuracy_lo"], "accuracy_hi": r["accuracy_hi"],
-                   "p_value": r["_p_value"]}) if r["n"] else "-"
-    spd = fmt_speedup({"speedup": r["speedup"], "speedup_lo": r["_speedup_lo"], "speedup_hi": r["_speedup_hi"]})
-    return [(r["decoder"], r["decoder"]), (r["params"] or "-", r["params"]), (r["experiment"], r["experiment"]),
-            (str(r["n"]), r["n"]), (acc, r["accuracy"] if r["n"] else None), (fmt_nfe(r["tpf"]), r["tpf"]),
-            (fmt_nfe(r["mean_nfe"]), r["mean_nfe"]), (fmt_tps(r["tps"]), r["tps"]), (spd, r["speedup"]),
-            ("-" if r["aup"] is None else f"{r['aup']:.1f}", r["aup"]), ("*" if r["pareto"] else "", int(r["pareto"]))]
+    acc = fmt_acc(asdict(r)) if r.n else "-"
+    return [(r.decoder, r.decoder), (r.params or "-", r.params), (r.experiment, r.experiment), (str(r.n), r.n),
+            (acc, r.accuracy if r.n else None), (fmt_nfe(r.tpf), r.tpf), (fmt_nfe(r.mean_nfe), r.mean_nfe),
+            (fmt_tps(r.tps), r.tps), (fmt_speedup(asdict(r)), r.speedup),
+            ("-" if r.aup is None else f"{r.aup:.1f}", r.aup), ("*" if r.pareto else "", int(r.pareto))]
 
 
 def _title(s: Section) -> str:
@@ -252,7 +279,7 @@ def to_html(sections: list[Section], experiments: list[str], folder: Path) -> st
                    + "".join(f"<th>{e(h)}</th>" for h in HEADER) + "</tr></thead><tbody>")
         for r in s.rows:
             cells = "".join(f"<td data-v=\"{e('' if v is None else str(v))}\">{e(t)}</td>" for t, v in _shown(r))
-            out.append(("<tr class=\"front\">" if r["pareto"] else "<tr>") + cells + "</tr>")
+            out.append(("<tr class=\"front\">" if r.pareto else "<tr>") + cells + "</tr>")
         out.append("</tbody></table>")
         out += [f"<p class=\"note\">AUP dropped (more than 5 points below the curve's first accuracy): {e(d)}</p>"
                 for d in s.dropped]
@@ -268,7 +295,7 @@ def write_csv(sections: list[Section], path: Path) -> None:
         w.writerow(COLUMNS)
         for s in sections:
             for r in s.rows:
-                w.writerow(["" if r[c] is None else r[c] for c in COLUMNS])
+                w.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in COLUMNS])
 
 
 # ---------------------------------------------------------------------------- the page

@@ -466,7 +466,8 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
                         f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."))
     blocks.append(("p", "accuracy % = correct / samples without error; NFE = mean forward calls per sample; "
                         "TPF = generated tokens / forward calls, summed over the cell (tokens per forward); "
-                        "throughput (throughput mode only) = generated tokens / wall seconds of the batches; TPS = sum of generated tokens / sum of decode seconds; speedup = TPS / TPS of `default` "
+                        "throughput (throughput mode only) = generated tokens / wall seconds of the batches; "
+                        "TPS = sum of generated tokens / sum of decode seconds; speedup = TPS / TPS of `default` "
                         "with the same model, task, gen_length, block_length and cache. How to read the intervals: "
                         "± is half the width of a 95 % interval (Wilson for accuracy, a paired bootstrap over the "
                         "samples both cells share for speedup), so two decoders whose intervals overlap widely "

@@ -60,13 +60,13 @@ def test_rows_of_different_weights_never_mix_and_dropped_points_are_reported(tmp
     rows = _read_csv(tmp_path / "lb" / "leaderboard.csv")
     assert {(r["experiment"], r["weights"]) for r in rows} == {("a", "w1"), ("b", "w2")}
     board = build_leaderboard(tmp_path, tmp_path / "lb")
-    assert len(board.sections) == 2 and all(len({r["weights"] for r in s.rows}) == 1 for s in board.sections)
+    assert len(board.sections) == 2 and all(len({r.weights for r in s.rows}) == 1 for s in board.sections)
     (w1,) = [s for s in board.sections if s.key["weights"] == "w1"]
-    conf = [r for r in w1.rows if r["decoder"] == "confidence"]
-    assert [r["tpf"] for r in sorted(conf, key=lambda r: r["tpf"])] == [2.0, 3.0, 4.0]  # 24 tokens / 12, 8, 6
+    conf = [r for r in w1.rows if r.decoder == "confidence"]
+    assert sorted(r.tpf for r in conf) == [2.0, 3.0, 4.0]  # 24 tokens / 12, 8, 6
     # y_max over the section is 75 (confidence and default); the 25 % point is dropped, not refused
     expect = aup([(2.0, 75.0), (3.0, 75.0), (4.0, 25.0)], 75.0)
-    assert expect.dropped == ((4.0, 25.0),) and all(r["aup"] == pytest.approx(expect.aup) for r in conf)
+    assert expect.dropped == ((4.0, 25.0),) and all(r.aup == pytest.approx(expect.aup) for r in conf)
     assert expect.aup == pytest.approx(2 * 75 + (3 - 2) * 75)  # W(75) = 1 at y_max
     assert w1.dropped == ("confidence(tau=0.5) (a): TPF 4.00, accuracy 25.0",)
     page = (tmp_path / "lb" / "leaderboard.html").read_text()

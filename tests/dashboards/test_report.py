@@ -139,7 +139,8 @@ def test_cells_csv_has_full_precision_numbers_and_error_counts(store, report):
     for cid, e in exp.items():
         r = rows[cid]
         assert int(r["n"]) == e["n"] and int(r["errors"]) == e["errors"]
-        for col, key in (("accuracy", "acc"), ("mean_nfe", "nfe"), ("tpf", "tpf"), ("tps", "tps"), ("speedup", "speedup")):
+        for col, key in (("accuracy", "acc"), ("mean_nfe", "nfe"), ("tpf", "tpf"), ("tps", "tps"),
+                         ("speedup", "speedup")):
             assert float(r[col]) == pytest.approx(e[key], rel=1e-9)
     assert sum(e["errors"] for e in exp.values()) == 1
 

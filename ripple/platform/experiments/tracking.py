@@ -4,8 +4,8 @@ Params are every setting of the cell (and each decoder hyperparameter), metrics 
 aggregates (accuracy, mean NFE, TPF, TPS, speedup vs Default), the cell's sample table is
 the run's artifact, and its task is the run's dataset input (name, a digest of the problem
 ids, the source the data came from, the split as context), so the runs table's Dataset
-column names what each cell was scored on and can be filtered by it. The default store is a SQLite file beside the result store with an
-explicit artifact directory (MLflow 3 refuses the file store and would otherwise put
+column names what each cell was scored on and can be filtered by it. The default store is a
+SQLite file beside the result store with an explicit artifact directory (MLflow 3 refuses the file store and would otherwise put
 artifacts under whichever directory the experiment was created from). Logging is
 idempotent: a cell's run is found by its `ripple_cell_id` tag and updated, so re-running a
 grid never duplicates runs.
@@ -129,7 +129,8 @@ class Tracker:
                 now = _now_ms()
                 self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in s.metrics().items()],
                                       tags=[RunTag("ripple_hardware", _hardware(records, c.cell_id))])
-                self._log_dataset(run_id, task_dataset(c.task, c.split, table["sample_id"].to_list(), data_dir), c.split)
+                dataset = task_dataset(c.task, c.split, table["sample_id"].to_list(), data_dir)
+                self._log_dataset(run_id, dataset, c.split)
                 cell_dir = Path(tmp) / c.cell_id
                 cell_dir.mkdir()
                 table.write_parquet(cell_dir / "samples.parquet")
