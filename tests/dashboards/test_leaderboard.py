@@ -22,7 +22,7 @@ from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.tracking import tracking_uri
 from tests.dashboards import test_report as rep  # its SampleRecord maker
 from tests.dashboards.cdp import CHROMIUM, Browser
-from tests.platform.gridtools import env, run_grid
+from tests.platform.gridtools import env
 
 COLUMNS = ["model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto"]  # the issue's list, verbatim
@@ -95,12 +95,11 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------- a real store
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    """The demo grid and the rps-tiny grid (Confidence at four taus, RPS variants) at one sample per
-    cell in one store, their `--json` summaries, and the leaderboard written by the CLI."""
-    root = tmp_path_factory.mktemp("board")
-    store, out = root / "store", root / "lb"
-    grids = {name: run_grid(name, "--limit", "1", "--store", str(store)) for name in ("demo", "rps-tiny")}
+def real(grid_store, tmp_path_factory):
+    """The store of the demo and rps-tiny grids (conftest), their `--json` summaries, and the
+    leaderboard the CLI wrote for it."""
+    store, grids = grid_store
+    out = tmp_path_factory.mktemp("board") / "lb"
     proc = subprocess.run([sys.executable, "-m", "ripple.cli", "leaderboard", "--store", str(store), "--out", str(out)],
                           capture_output=True, text=True, env=env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
