@@ -16,9 +16,11 @@ SHARED ?= ../shared
 test: .venv/.ready
 	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q
 
-# demo.yaml through the grid path (Ray workers, result store in ./results, MLflow: `ripple ui`)
+# demo.yaml through the grid path (Ray workers, result store in ./results, MLflow: `ripple ui`),
+# then the leaderboard of that store (./results/leaderboard/leaderboard.html; its path is printed)
 demo: .venv/.ready
 	$(PY) -m ripple.cli grid demo --fresh
+	$(PY) -m ripple.cli leaderboard
 
 bench: .venv/.ready
 	$(PY) -m ripple.platform.bench

@@ -64,6 +64,10 @@ _EPILOG = {
   ripple report demo                                   # ./results/demo/report/{report.md,report.html,*.png}
   ripple report sweep-lambda --store ~/ripple-results --out reports/lambda
   ripple report demo --no-tracking                     # do not log the folder to MLflow""",
+    "leaderboard": """examples:
+  ripple leaderboard                                   # every experiment in ./results -> ./results/leaderboard/
+  ripple leaderboard --store ~/ripple-results --out reports/leaderboard
+  (leaderboard.html: sortable tables and accuracy-vs-TPF plots; leaderboard.md; leaderboard.csv)""",
     "analyze": """examples:
   ripple analyze --model ripple-tiny --task arith --limit 20      # runs/analyze/ripple-tiny-arith/
   ripple analyze --model ripple-tiny --task pyfunc --oracle reference --out docs/figures/pyfunc
@@ -237,8 +241,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(f"{task.name} | {decoder.name} {decoder.params.to_dict()} | cache {config.cache} | n {cell.n}")
         m = cell.stats
+        tpf = "-" if m.tpf is None else f"{m.tpf:.2f}"
         print(f"accuracy {m.accuracy_text()} % (95 % Wilson interval {m.accuracy_lo:.1f} to {m.accuracy_hi:.1f}) | "
-              f"mean NFE {m.mean_nfe:.2f} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})")
+              f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})")
     return 0
 
 
@@ -379,6 +384,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from .dashboards.leaderboard import build_leaderboard, summary_line
+    from .platform.experiments.grid import default_store
+
+    if args.out:
+        writable_dir(args.out, "--out")
+    print(summary_line(build_leaderboard(args.store or default_store(), args.out)))
+    return 0
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from .dashboards.analyze import run_analysis
 
@@ -507,6 +522,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default=None, help="report folder (default: STORE/EXPERIMENT/report)")
     rp.add_argument("--no-tracking", action="store_true", help="neither read nor log MLflow")
     rp.set_defaults(func=cmd_report)
+
+    lb = sub.add_parser("leaderboard", help="every experiment of a store on one page: accuracy, TPF, AUP, Pareto",
+                        epilog=_EPILOG["leaderboard"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    lb.add_argument("--store", default=None, help="result store directory (default: $RIPPLE_STORE, else ./results)")
+    lb.add_argument("--out", default=None, help="output folder (default: STORE/leaderboard)")
+    lb.set_defaults(func=cmd_leaderboard)
 
     an = sub.add_parser("analyze", help="the ripple-effect analysis (RPS paper, Figure 1)",
                         epilog=_EPILOG["analyze"], formatter_class=argparse.RawDescriptionHelpFormatter)

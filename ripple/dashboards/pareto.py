@@ -15,6 +15,7 @@ from typing import Literal, Sequence
 Sense = Literal["max", "min"]
 ACCURACY_TPS: tuple[Sense, Sense] = ("max", "max")  # accuracy up, tokens per second up
 ACCURACY_NFE: tuple[Sense, Sense] = ("max", "min")  # accuracy up, forward passes down
+ACCURACY_TPF: tuple[Sense, Sense] = ("max", "max")  # accuracy up, tokens per forward up
 
 
 def _usable(point: Sequence[float | None]) -> bool:

@@ -24,10 +24,11 @@ import math
 import re
 import shutil
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import polars as pl
 
@@ -157,20 +158,23 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
     """Decoders x tasks: accuracy / mean NFE / TPS / speedup, one table per context:
     (context key, its description, table)."""
     vary = _varying(cells, CONTEXT)
+    batched = cells.height > 0 and int(cells["batch_size"].max()) > 1  # throughput mode: its column too
+    metrics = ("acc %", "NFE", "TPF", "TPS", "speedup", *(("throughput",) if batched else ()))
     out = []
     for key, rows in _groups(cells, CONTEXT):
         tasks = rows["task"].unique(maintain_order=True).to_list()
-        header = ["decoder"] + [f"{t} {m}" for t in tasks for m in ("acc %", "NFE", "TPS", "speedup")]
+        header = ["decoder"] + [f"{t} {m}" for t in tasks for m in metrics]
         body = []
         for label in _labels(rows):
             line = [label]
             for t in tasks:
                 r = rows.filter((pl.col("label") == label) & (pl.col("task") == t))
                 if r.height == 0:
-                    line += ["-"] * 4
+                    line += ["-"] * len(metrics)
                     continue
                 c = r.row(0, named=True)
-                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_tps(c["tps"]), fmt_speedup(c)]
+                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_nfe(c["tpf"]), fmt_tps(c["tps"]), fmt_speedup(c),
+                         *((fmt_tps(c["throughput"]),) if batched else ())]
             body.append(tuple(line))
         desc = _describe(key, vary)
         out.append((key, desc, Table("main", f"Decoders x tasks ({desc})", tuple(header), tuple(body))))
@@ -228,11 +232,11 @@ def sensitivity_table(key: dict[str, Any], rows: pl.DataFrame, names: list[str],
     acc, tps, nfe = rows["accuracy"].to_list(), rows["tps"].to_list(), rows["mean_nfe"].to_list()
     on_tps = front_flags(list(zip(acc, tps)), ACCURACY_TPS)
     on_nfe = front_flags(list(zip(acc, nfe)), ACCURACY_NFE)
-    header = (*names, "acc %", "mean NFE", "TPS", "speedup", "n", "Pareto front")
+    header = (*names, "acc %", "mean NFE", "TPF", "TPS", "speedup", "n", "Pareto front")
     body = []
     for i, c in enumerate(rows.iter_rows(named=True)):
         front = " + ".join(n for n, f in (("acc-TPS", on_tps[i]), ("acc-NFE", on_nfe[i])) if f) or ""
-        body.append((*(str(ps[i].get(n, "-")) for n in names), fmt_acc(c), fmt_nfe(c["mean_nfe"]),
+        body.append((*(str(ps[i].get(n, "-")) for n in names), fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_nfe(c["tpf"]),
                      fmt_tps(c["tps"]), fmt_speedup(c), str(c["n"]), front))
     shown = {"model", "task", "decoder", *ALWAYS_SHOWN, *vary}
     desc = ", ".join(f"{k} {key[k]}" for k in key if k in shown)
@@ -252,20 +256,20 @@ def cells_table(cells: pl.DataFrame, runs: dict[str, str]) -> Table:
 
 
 # ---------------------------------------------------------------------------- plots
-def _figure(width: float = 6.4, height: float = 4.0):
+def new_figure(width: float = 6.4, height: float = 4.0):
     from matplotlib.figure import Figure  # object API: no pyplot global state, no GUI backend
 
     return Figure(figsize=(width, height), dpi=110, layout="constrained")
 
 
-def _save(fig, path: Path) -> Path:
+def save_png(fig, path: Path) -> Path:
     fig.savefig(path, format="png", metadata={"Software": None})
     return path
 
 
 def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:
     """Accuracy vs TPS and accuracy vs mean NFE; the front drawn as a line, dominated points grey."""
-    fig = _figure(11.0, 4.4)
+    fig = new_figure(11.0, 4.4)
     acc, labels = rows["accuracy"].to_list(), rows["label"].to_list()
     for ax, col, senses, xlabel in ((fig.add_subplot(1, 2, 1), "tps", ACCURACY_TPS, "TPS (generated tokens / s)"),
                                     (fig.add_subplot(1, 2, 2), "mean_nfe", ACCURACY_NFE, "mean NFE (lower is better)")):
@@ -284,7 +288,7 @@ def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
@@ -296,7 +300,7 @@ def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
         return None
     tasks = rows["task"].unique(maintain_order=True).to_list()
     labels = _labels(rows)
-    fig = _figure(min(16.0, max(6.4, 1.2 + 0.45 * len(tasks) * len(labels))), 4.0)
+    fig = new_figure(min(16.0, max(6.4, 1.2 + 0.45 * len(tasks) * len(labels))), 4.0)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / len(labels)
     for j, label in enumerate(labels):
@@ -312,7 +316,7 @@ def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
     ax.set_ylabel("speedup vs default (TPS ratio)")
     ax.legend(fontsize=7, ncols=min(4, len(labels)))
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> Path | None:
@@ -320,7 +324,7 @@ def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> P
     xs = [p.get(name) for p in _params(rows)]
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
         return None
-    fig = _figure(6.4, 4.0)
+    fig = new_figure(6.4, 4.0)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(xs, rows["accuracy"].to_list(), "-o", c="tab:blue", label="accuracy %")
     ax.set_xlabel(name)
@@ -330,7 +334,7 @@ def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> P
     ax2.set_ylabel("TPS", color="tab:orange")
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 # ---------------------------------------------------------------------------- documents
@@ -412,6 +416,23 @@ def default_out(store_dir: str | Path, experiment: str) -> Path:
     return Path(store_dir).expanduser() / experiment / "report"
 
 
+@contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """A fresh sibling of `out` to write into: it replaces `out` once the block finishes and is removed
+    if the block fails, so a reader never sees a half-written folder nor loses the previous one."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
 def build_report(store_dir: str | Path, experiment: str, out_dir: str | Path | None = None, *,
                  tracking_uri: str | None = None, track: bool = True) -> Report:
     """Write the report folder for `experiment` (atomically: a failure leaves no half folder)
@@ -424,20 +445,11 @@ def build_report(store_dir: str | Path, experiment: str, out_dir: str | Path | N
     runs = tracker.runs_by_cell() if tracker else {}
     cells = summarize_cells(records)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with staged_folder(out) as tmp:
         blocks, tables, figures = _compose(experiment, Path(store_dir), records, cells, runs, tmp)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"Ripple report: {experiment}", tmp))
         cells.write_csv(tmp / "cells.csv")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     run_id = _log_report(tracker, out) if tracker else None
     return Report(experiment, out, cells, tuple(tables), tuple(out / f.name for f in figures), run_id)
 
@@ -453,6 +465,8 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
                         f"{'; '.join(hardware) or 'unknown'}. Generated "
                         f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."))
     blocks.append(("p", "accuracy % = correct / samples without error; NFE = mean forward calls per sample; "
+                        "TPF = generated tokens / forward calls, summed over the cell (tokens per forward); "
+                        "throughput (throughput mode only) = generated tokens / wall seconds of the batches; "
                         "TPS = sum of generated tokens / sum of decode seconds; speedup = TPS / TPS of `default` "
                         "with the same model, task, gen_length, block_length and cache. How to read the intervals: "
                         "± is half the width of a 95 % interval (Wilson for accuracy, a paired bootstrap over the "
@@ -471,7 +485,7 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
         figs = []
         for t in rows["task"].unique(maintain_order=True).to_list():
             figs.append(plot_pareto(rows.filter(pl.col("task") == t), f"Pareto fronts, task {t}: {desc}",
-                                    folder / f"pareto-{_slug(t)}{suffix}.png"))
+                                    folder / f"pareto-{slug(t)}{suffix}.png"))
         bar = plot_speedup(rows, f"Speedup vs default: {desc}", folder / f"speedup{suffix}.png")
         figs += [bar] if bar else []
         table = Table(table.kind, table.title, table.header, table.rows, tuple(f.name for f in figs), table.note)
@@ -495,7 +509,7 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
             fig = None
             if len(names) == 1:
                 fig = plot_sensitivity(rows, names[0], table.title,
-                                       folder / f"sensitivity-{_slug(key['decoder'])}-{_slug(key['task'])}-{j}.png")
+                                       folder / f"sensitivity-{slug(key['decoder'])}-{slug(key['task'])}-{j}.png")
             if fig:
                 table = Table(table.kind, table.title, table.header, table.rows, (fig.name,), table.note)
                 figures.append(fig)
@@ -508,7 +522,7 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
     return blocks, tables, figures
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
 
 

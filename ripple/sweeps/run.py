@@ -406,24 +406,26 @@ def format_table(run: SweepRun) -> str:
     head = (f"sweep {spec.experiment}: {spec.decoder} on {spec.model}, {spec.search} search, {len(run.trials)} trials; "
             f"accuracy over every sample of {', '.join(t for t, _ in spec.tasks)}")
     batched = spec.batch_size > 1
-    cols = ["trial", *names, "accuracy %", "mean NFE", "TPS", "speedup", *(["throughput"] if batched else []), "front"]
+    cols = ["trial", *names, "accuracy %", "mean NFE", "TPF", "TPS", "speedup", *(["throughput"] if batched else []),
+            "front"]
     num = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    tpf = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     rows = []
     if run.baseline is not None:
         b = run.baseline
-        rows.append(["default", *["-"] * len(names), b.accuracy_text(), f"{b.mean_nfe:.2f}", num(b.tps),
+        rows.append(["default", *["-"] * len(names), b.accuracy_text(), f"{b.mean_nfe:.2f}", tpf(b.tpf), num(b.tps),
                      b.speedup_text(), *([num(b.throughput)] if batched else []), ""])
     for t in run.trials:
         p = dict(t.params)
         if t.agg is None:
-            rows.append([t.trial_id, *(str(p.get(n)) for n in names), "failed", "", "", "", *([""] if batched else []),
-                         (t.error or "")[:60]])
+            rows.append([t.trial_id, *(str(p.get(n)) for n in names), "failed", "", "", "", "",
+                         *([""] if batched else []), (t.error or "")[:60]])
             continue
         a = t.agg
         front = " + ".join(n for n, ids in (("acc-TPS", run.front_tps), ("acc-NFE", run.front_nfe)) if t.trial_id in ids)
         rows.append([t.trial_id, *(str(p.get(n)) for n in names), a.accuracy_text() + (" *" if a.significant else ""),
-                     f"{a.mean_nfe:.2f}", num(a.tps), a.speedup_text(), *([num(a.throughput)] if batched else []),
-                     front + (" *best" if t.trial_id == run.best else "")])
+                     f"{a.mean_nfe:.2f}", tpf(a.tpf), num(a.tps), a.speedup_text(),
+                     *([num(a.throughput)] if batched else []), front + (" *best" if t.trial_id == run.best else "")])
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     line = lambda r: "| " + " | ".join(f"{v:<{w}}" for v, w in zip(r, widths)) + " |"  # noqa: E731
     lines = [head, line(cols), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]

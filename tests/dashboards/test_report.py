@@ -79,6 +79,7 @@ def expected(final):
         out[cid] = dict(decoder=r0.decoder, params=json.loads(r0.params), task=r0.task, gen=r0.gen_length,
                         n=len(ok), errors=len(recs) - len(ok),
                         acc=100.0 * sum(r.correct for r in ok) / len(ok), nfe=sum(r.nfe for r in ok) / len(ok),
+                        tpf=sum(r.generated_tokens for r in ok) / sum(r.nfe for r in ok),
                         tps=sum(r.generated_tokens for r in ok) / sum(r.decode_seconds for r in ok))
     for e in out.values():
         base = [b for b in out.values() if b["decoder"] == "default" and (b["task"], b["gen"]) == (e["task"], e["gen"])]
@@ -92,7 +93,7 @@ def label(e):
 
 
 def fmt(e):
-    return f"{e['acc']:.1f}", f"{e['nfe']:.2f}", f"{e['tps']:.1f}", f"{e['speedup']:.2f}x"
+    return f"{e['acc']:.1f}", f"{e['nfe']:.2f}", f"{e['tpf']:.2f}", f"{e['tps']:.1f}", f"{e['speedup']:.2f}x"
 
 
 @pytest.fixture(scope="module")
@@ -114,19 +115,19 @@ def test_main_tables_match_the_records(store, report):
     seen = 0
     for table in mains:
         gen = 48 if "gen_length 48" in table.title else 96
-        tasks = [h.split()[0] for h in table.header[1::4]]
+        tasks = [h.split()[0] for h in table.header[1::5]]
         for row in table.rows:
             for k, task in enumerate(tasks):
                 e = [v for v in exp.values() if (label(v), v["task"], v["gen"]) == (row[0], task, gen)]
                 assert len(e) == 1, (row[0], task, gen)
-                shown = row[1 + 4 * k: 5 + 4 * k]
+                shown = row[1 + 5 * k: 6 + 5 * k]
                 assert tuple(v.split(" ")[0] for v in shown) == fmt(e[0])  # the estimates, then their intervals
-                assert " ±" in shown[0] and (e[0]["decoder"] == "default" or " ±" in shown[3])
+                assert " ±" in shown[0] and (e[0]["decoder"] == "default" or " ±" in shown[4])
                 seen += 1
             assert md_row(row) in md
     assert seen == len(exp)
     default_rows = [r for t in mains for r in t.rows if r[0] == "default"]
-    assert all(r[4] == "1.00x" for r in default_rows)
+    assert all(r[5] == "1.00x" for r in default_rows)
 
 
 def test_cells_csv_has_full_precision_numbers_and_error_counts(store, report):
@@ -138,7 +139,8 @@ def test_cells_csv_has_full_precision_numbers_and_error_counts(store, report):
     for cid, e in exp.items():
         r = rows[cid]
         assert int(r["n"]) == e["n"] and int(r["errors"]) == e["errors"]
-        for col, key in (("accuracy", "acc"), ("mean_nfe", "nfe"), ("tps", "tps"), ("speedup", "speedup")):
+        for col, key in (("accuracy", "acc"), ("mean_nfe", "nfe"), ("tpf", "tpf"), ("tps", "tps"),
+                         ("speedup", "speedup")):
             assert float(r[col]) == pytest.approx(e[key], rel=1e-9)
     assert sum(e["errors"] for e in exp.values()) == 1
 
@@ -154,7 +156,7 @@ def test_length_robustness_table(store, report):
     for d in ("default", "confidence"):
         for j, gen in enumerate((48, 96)):
             (e,) = [v for v in exp.values() if (v["decoder"], v["task"], v["gen"]) == (d, "arith", gen)]
-            a, _, t, s = fmt(e)
+            a, _, _, t, s = fmt(e)
             assert tuple(v.split(" ")[0] for v in rows[d][1 + 3 * j: 4 + 3 * j]) == (a, t, s)
     assert rows["rps"][4:7] == ("-", "-", "-")  # rps ran at 48 only
 
@@ -181,8 +183,8 @@ def test_sensitivity_tables_for_the_lambda_sweep(store, report):
         tps_front = brute_front([(v["acc"], v["tps"]) for v in sweep], ("max", "max"))
         nfe_front = brute_front([(v["acc"], v["nfe"]) for v in sweep], ("max", "min"))
         for row, v, ft, fn in zip(table.rows, sweep, tps_front, nfe_front):
-            assert tuple(x.split(" ")[0] for x in row[1:5]) == fmt(v) and row[5] == str(v["n"])
-            assert ("acc-TPS" in row[6]) == ft and ("acc-NFE" in row[6]) == fn
+            assert tuple(x.split(" ")[0] for x in row[1:6]) == fmt(v) and row[6] == str(v["n"])
+            assert ("acc-TPS" in row[7]) == ft and ("acc-NFE" in row[7]) == fn
         assert table.figures and (report.out_dir / table.figures[0]).exists()
 
 
@@ -250,3 +252,18 @@ def test_bad_input_is_one_line_and_exit_2(store, tmp_path, capsys):
         assert text in err and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in taken.iterdir()) == ["notes.txt"]  # nothing partial written
     assert not (root / "nope").exists() and not (empty / "void" / "report").exists()
+
+
+def test_the_main_table_shows_throughput_when_a_cell_ran_in_batches(report, tmp_path):
+    assert not any("throughput" in h for t in report.tables for h in t.header)  # every cell ran at batch 1
+    rng = random.Random(3)
+    st = ResultStore(tmp_path / "store", "b4")
+    recs = [record(f"{d}-arith", d, params(d), "arith", 48, f"s{i}", rng, batch_size=4, batch_id=f"{d}{i // 4}",
+                   batch_seconds=0.5 + i // 4, experiment="b4") for d in ("default", "confidence") for i in range(8)]
+    st.append(recs)
+    rep = build_report(tmp_path / "store", "b4", tmp_path / "rep", track=False)
+    (main,) = [t for t in rep.tables if t.kind == "main"]
+    col = main.header.index("arith throughput")
+    for row in main.rows:
+        mine = [r for r in recs if r.decoder == row[0]]  # two batches of 4, 0.5 s and 1.5 s of wall time
+        assert row[col] == f"{sum(r.generated_tokens for r in mine) / 2.0:.1f}"

@@ -2,7 +2,6 @@
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -12,9 +11,8 @@ import urllib.request
 import pytest
 
 from ripple.platform.experiments.tracking import ui_url
-from tests.platform.gridtools import run_grid
+from tests.dashboards.cdp import CHROMIUM, FLAGS
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (CI installs Debian's package)")
 
 
@@ -30,10 +28,9 @@ def _get(url: str, timeout: float = 2.0) -> bytes:
 
 
 @pytest.mark.slow
-def test_the_ui_opens_on_the_runs_table_with_every_demo_run(tmp_path):
-    store = tmp_path / "store"
-    out = run_grid("demo", "--limit", "1", "--store", str(store))
-    cells = out["planned"]  # one sample per cell
+def test_the_ui_opens_on_the_runs_table_with_every_demo_run(tmp_path, grid_store):
+    store, grids = grid_store  # the demo grid at one sample per cell (beside an rps-tiny grid)
+    cells = grids["demo"]["planned"]  # one sample per cell
     port = _free_port()
     ui = subprocess.Popen([sys.executable, "-m", "ripple.cli", "ui", "--store", str(store), "--port", str(port)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -50,9 +47,8 @@ def test_the_ui_opens_on_the_runs_table_with_every_demo_run(tmp_path):
                 time.sleep(0.5)
         exp = json.loads(_get(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=demo"))["experiment"]
         dom = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1600,3000", "--virtual-time-budget=20000",
+            [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1600,3000",
+             "--virtual-time-budget=20000",
              "--dump-dom", ui_url(port, exp["experiment_id"])],
             capture_output=True, text=True, timeout=180).stdout
     finally:

@@ -1,5 +1,6 @@
 """`ripple demo` / `make demo`: the shipped demo grid (every decoder on ripple-tiny's two tasks)
-through the same path as any grid, Ray workers and result store included; one table."""
+through the same path as any grid, Ray workers and result store included; one table, then the
+leaderboard of the store (every experiment in it) and its path."""
 from __future__ import annotations
 
 import os
@@ -20,6 +21,10 @@ def demo_spec(model: str = "ripple-tiny", limit: int = 50, cache: str = "none"):
 
 def run_demo(model: str = "ripple-tiny", limit: int = 50, cache: str = "none",
              store: str | os.PathLike | None = None) -> int:
-    run = run_grid(demo_spec(model, limit, cache), Path(store) if store else default_store(), fresh=True)
+    from ...dashboards.leaderboard import build_leaderboard, summary_line
+
+    root = Path(store) if store else default_store()
+    run = run_grid(demo_spec(model, limit, cache), root, fresh=True)
     print(format_table(run))
+    print(summary_line(build_leaderboard(root)))
     return 0

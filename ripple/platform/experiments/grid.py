@@ -276,7 +276,7 @@ def run_grid(spec: GridSpec, store_dir: str | os.PathLike, *, experiment: str | 
         _execute(run, items, todo, tracker, progress, workers, digests)
     run.summaries = summarize(spec, items, store.read())
     if tracker is not None and run.summaries:
-        tracker.log_cells(run.summaries, store.read(), spec.path)
+        tracker.log_cells(run.summaries, store.read(), spec.path, spec.data_dir)
     run.seconds = time.perf_counter() - started
     return run
 
@@ -321,7 +321,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
         if tracker is not None and finished:
             frame = store.read()
             complete = [it for it in items if per_cell[it.cell.cell_id] <= 0]  # speedup needs Default's cell
-            tracker.log_cells(summarize(spec, complete, frame, only=finished), frame, spec.path)
+            tracker.log_cells(summarize(spec, complete, frame, only=finished), frame, spec.path, spec.data_dir)
         bar.set_description(_progress_text(run, per_cell, total), refresh=False)
         bar.update(len(records))
 
@@ -393,10 +393,10 @@ def format_table(run: GridRun) -> str:
                                                 s.cell.label()] for s in sums]
     minimum = [7] + [0] * len(varying) + [11]  # the widths of the original demo table
     widths = [max(m, *(len(row[i]) for row in keys)) for i, m in enumerate(minimum)]
-    cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", _number(s.tps),
+    cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", _tpf(s.tpf), _number(s.tps),
              s.speedup_text()] + ([_number(s.throughput)] if batched else []) + ([str(s.errors)] if errors else [])
             for s in sums]
-    metrics = (["accuracy %", "mean NFE", "TPS", "speedup"] + (["throughput"] if batched else [])
+    metrics = (["accuracy %", "mean NFE", "TPF", "TPS", "speedup"] + (["throughput"] if batched else [])
                + (["errors"] if errors else []))
     mwidths = [max(len(m), *(len(c[i]) for c in cols)) for i, m in enumerate(metrics)]
 
@@ -416,3 +416,7 @@ def format_table(run: GridRun) -> str:
 
 def _number(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
+
+
+def _tpf(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"

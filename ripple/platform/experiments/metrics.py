@@ -4,6 +4,8 @@ Every surface (`ripple eval`, the grid table, MLflow, sweeps, `ripple report`) c
 `summarize_cells`, so a number means the same everywhere and is computed once:
   accuracy     percent correct over samples without error, with its 95 % Wilson interval;
   mean NFE     over samples without error;
+  TPF          tokens per forward: generated tokens / NFE, both summed over the samples without error
+               (total / total, so long samples weigh by their length, as the d3LLM leaderboard pools);
   TPS          generated tokens / decode seconds, both summed over the cell's samples decoded at
                batch 1 (canvas TPS: gen_length): a latency figure, None when no sample ran alone;
   throughput   generated tokens / wall seconds of the engine calls (batches) that decoded them,
@@ -12,7 +14,8 @@ Every surface (`ripple eval`, the grid table, MLflow, sweeps, `ripple report`) c
                NFE / mean NFE, each with a 95 % paired-bootstrap interval over the samples both
                cells share (seeded);
   p_value      exact McNemar test of correctness against the baseline on the shared samples
-               (a binomial test on the discordant pairs).
+               (a binomial test on the discordant pairs);
+  AUP          accuracy under parallelism of one decoder's curve of (TPF, accuracy) points (`aup`).
 Statistics come from scipy.stats, not hand-written formulas.
 """
 from __future__ import annotations
@@ -43,6 +46,7 @@ class CellMetrics:
     accuracy_lo: float
     accuracy_hi: float
     mean_nfe: float
+    tpf: float | None  # tokens per forward: generated tokens / NFE over the cell (None when no forward ran)
     generated_tokens: int  # summed over the cell
     decode_seconds: float  # summed over the cell's batch-1 samples (TPS's denominator)
     tps: float | None  # batch-1 TPS; None when every sample was decoded in a batch of several
@@ -197,6 +201,7 @@ def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int
     tasks' cells pool into one, as a sweep trial does)."""
     ok = _ok(rows)
     n = ok.height
+    forwards = int(ok["nfe"].sum() or 0) if n else 0
     correct = int(ok["correct"].cast(pl.Int64).sum() or 0) if n else 0
     alone = _alone(ok)
     tokens = int(alone["generated_tokens"].sum() or 0)
@@ -207,6 +212,7 @@ def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int
     lo, hi = wilson(correct, n)
     out = dict(n=n, errors=rows.height - n, correct=correct, accuracy=100 * correct / n if n else 0.0,
                accuracy_lo=lo, accuracy_hi=hi, mean_nfe=float(ok["nfe"].mean()) if n else 0.0,
+               tpf=int(ok["generated_tokens"].sum() or 0) / forwards if forwards else None,
                generated_tokens=int(ok["generated_tokens"].sum() or 0) if n else 0, decode_seconds=seconds,
                tps=tokens / seconds if timed else None, canvas_tps=canvas / seconds if timed else None,
                batch_size=size, throughput=tput, batches=batches)
@@ -273,3 +279,50 @@ def summarize_cells(frame: pl.DataFrame, baselines: Mapping[str, str | None], se
         base = by_cell.get(base_id) if base_id is not None else None
         out[cell_id] = cell_metrics(rows, base, seed)
     return out
+
+
+# ---------------------------------------------------------------------------- AUP
+AUP_ALPHA = 3.0  # the weight's penalty rate for accuracy below the best
+AUP_WINDOW = 5.0  # points more than this many accuracy points below y_1 leave the curve
+
+
+@dataclass(frozen=True)
+class Aup:
+    """One decoder curve's AUP, with the points it used and those the y_1 - 5 filter dropped."""
+
+    aup: float
+    points: tuple[tuple[float, float], ...]  # (TPF, accuracy %) kept, sorted by TPF
+    dropped: tuple[tuple[float, float], ...] = ()  # below y_1 - AUP_WINDOW: the reference would refuse the curve
+
+
+def aup_weight(y: float, y_max: float) -> float:
+    """W(y) = min(exp(-alpha (1 - y / y_max)), 1): full credit at the best accuracy, then decaying fast."""
+    if y_max <= 0:  # every accuracy is 0: each weighted term is 0 whatever W is
+        return 1.0
+    return min(float(np.exp(-AUP_ALPHA * (1.0 - y / y_max))), 1.0)
+
+
+def aup(points: Iterable[tuple[float, float]], y_max: float) -> Aup:
+    """Accuracy under parallelism (AUP) of one decoder's curve of (TPF rho, accuracy y in percent) points.
+
+    The d3LLM leaderboard's score, as its `get_aup` computes it (repository hao-ai-lab/d3LLM, file
+    `AUP_leaderboard/aup_utils.py`, function `get_aup`, alpha 3 and y_min_offset 5; read in the fork
+    duterscmy/d3LLM, whose `AUP_leaderboard/main.py` calls it per task with y_max over every method).
+    Sorted by rho, the points with y >= y_1 - 5 stay (y_1: accuracy at the smallest rho) and
+        AUP = rho_1 y_1 + sum_{i>=2} (rho_i - rho_{i-1}) (y_i W(y_i) + y_{i-1} W(y_{i-1})) / 2,
+    W from `aup_weight` with `y_max` the best accuracy of any decoder on the model and task. Parallelism
+    counts only while accuracy holds: a trapezoid of speed gained at a lower accuracy is discounted.
+    Where the reference asserts (a point more than 5 below y_1), Ripple keeps the filtered points and
+    returns the others in `dropped`, so a surface can say so. Ties in rho keep the given order."""
+    pts = sorted(((float(r), float(y)) for r, y in points), key=lambda p: p[0])
+    if not pts:
+        raise ValueError("AUP needs at least one (TPF, accuracy) point")
+    if any(not r > 0 for r, _ in pts):
+        raise ValueError(f"AUP needs positive TPF values, got {[r for r, _ in pts]}")
+    floor = pts[0][1] - AUP_WINDOW
+    kept = tuple(p for p in pts if p[1] >= floor)
+    dropped = tuple(p for p in pts if p[1] < floor)
+    total = kept[0][0] * kept[0][1]
+    for (r0, y0), (r1, y1) in zip(kept, kept[1:]):
+        total += (r1 - r0) * (y1 * aup_weight(y1, y_max) + y0 * aup_weight(y0, y_max)) / 2
+    return Aup(total, kept, dropped)

@@ -1,15 +1,18 @@
 """MLflow tracking of a grid: one run per cell under the experiment.
 
 Params are every setting of the cell (and each decoder hyperparameter), metrics its
-aggregates (accuracy, mean NFE, TPS, speedup vs Default), and the cell's sample table is
-the run's artifact. The default store is a SQLite file beside the result store with an
-explicit artifact directory (MLflow 3 refuses the file store and would otherwise put
+aggregates (accuracy, mean NFE, TPF, TPS, speedup vs Default), the cell's sample table is
+the run's artifact, and its task is the run's dataset input (name, a digest of the problem
+ids, the source the data came from, the split as context), so the runs table's Dataset
+column names what each cell was scored on and can be filtered by it. The default store is a
+SQLite file beside the result store with an explicit artifact directory (MLflow 3 refuses the file store and would otherwise put
 artifacts under whichever directory the experiment was created from). Logging is
 idempotent: a cell's run is found by its `ripple_cell_id` tag and updated, so re-running a
 grid never duplicates runs.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -97,8 +100,10 @@ class Tracker:
             if not token:
                 return out
 
-    def log_cells(self, summaries: list["CellSummary"], records: pl.DataFrame, spec_path: str = "") -> dict[str, str]:
-        """Create or update one run per cell; returns cell id -> run id."""
+    def log_cells(self, summaries: list["CellSummary"], records: pl.DataFrame, spec_path: str = "",
+                  data_dir: str | None = None) -> dict[str, str]:
+        """Create or update one run per cell; returns cell id -> run id. `data_dir`: the grid's local
+        benchmark data, named as the dataset's source (else $RIPPLE_DATA_DIR, else the hub)."""
         from mlflow.entities import Metric, Param, RunTag
 
         existing = self.runs_by_cell()
@@ -124,6 +129,8 @@ class Tracker:
                 now = _now_ms()
                 self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in s.metrics().items()],
                                       tags=[RunTag("ripple_hardware", _hardware(records, c.cell_id))])
+                dataset = task_dataset(c.task, c.split, table["sample_id"].to_list(), data_dir)
+                self._log_dataset(run_id, dataset, c.split)
                 cell_dir = Path(tmp) / c.cell_id
                 cell_dir.mkdir()
                 table.write_parquet(cell_dir / "samples.parquet")
@@ -134,6 +141,43 @@ class Tracker:
                 self._logged[c.cell_id] = s.metrics()
                 out[c.cell_id] = run_id
         return out
+
+
+    def _log_dataset(self, run_id: str, dataset, split: str) -> None:
+        """The run's dataset input, once per (name, digest): re-logging a cell adds none."""
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        logged = self.client.get_run(run_id).inputs.dataset_inputs
+        if any((d.dataset.name, d.dataset.digest) == (dataset.name, dataset.digest) for d in logged):
+            return
+        self.client.log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
+                                                     tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])])
+
+
+def task_dataset(task: str, split: str, sample_ids: list[str], data_dir: str | None = None):
+    """`task` as an MLflow dataset: named by the task, its digest the sha256 of the sorted problem ids
+    (two cells scored on the same problems share it), its source the hub dataset (with the local
+    directory it was read from, when one was in effect) or, for a generated task, the generator."""
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    from ...tasks import task_class
+    from ...tasks.data import data_dir as local_data_dir
+
+    digest = hashlib.sha256("\n".join(sorted(set(sample_ids))).encode()).hexdigest()[:16]
+    try:
+        cls = task_class(task)
+    except RippleError:  # a task no longer registered (an old store): name it, nothing more is known
+        return MetaDataset(CodeDatasetSource({"task": task, "split": split}), name=task, digest=digest)
+    hub = getattr(cls, "hub_ids", ())
+    if hub:
+        local = local_data_dir(data_dir)
+        source = HuggingFaceDatasetSource(hub[0], split=split, data_dir=str(local) if local else None)
+    else:
+        source = CodeDatasetSource({"generator": f"{cls.__module__}.{cls.__qualname__}", "split": split})
+    return MetaDataset(source, name=task, digest=digest)
 
 
 def ui_command(store_dir: str | os.PathLike, override_uri: str | None, port: int) -> tuple[list[str], dict[str, str]]:

@@ -1,8 +1,11 @@
 """The metrics module: closed-form intervals and tests on constructed records."""
+import math
+
 import polars as pl
 import pytest
 
-from ripple.platform.experiments.metrics import cell_metrics, mcnemar_exact, summarize_cells, wilson
+from ripple.platform.experiments.metrics import (CellMetrics, aup, aup_weight, cell_metrics, mcnemar_exact,
+                                                summarize_cells, wilson)
 
 
 def records(cell, correct, nfe=10, tokens=20, seconds=1.0, errors=0):
@@ -101,3 +104,33 @@ def test_speedup_compares_batch1_samples_only():
     assert (out.speedup_lo, out.speedup_hi) == pytest.approx((4.0, 4.0))  # paired over batch-1 pairs only
     assert out.n == 4 and out.shared == 4 and out.nfe_speedup == pytest.approx(1.0)  # accuracy, NFE: every sample
     assert out.batch_size == 4 and out.throughput == pytest.approx(40 / 0.1)
+
+
+def test_tpf_pools_tokens_over_forwards_across_the_cell_and_skips_errors():
+    frame = records("c", [True, False], errors=2).with_columns(pl.Series("generated_tokens", [10, 30, None, None]),
+                                                               pl.Series("nfe", [5, 10, None, None]))
+    m = cell_metrics(frame)
+    assert m.tpf == pytest.approx(40 / 15)  # total / total, not the mean of the per-sample ratios (2.5)
+    assert cell_metrics(records("z", [True], nfe=0)).tpf is None  # no forward: nothing to divide by
+    assert CellMetrics.from_metrics(m.metrics()) == m  # tpf crosses JSON and MLflow like the other metrics
+
+
+def test_aup_of_one_point_is_rho_times_y():
+    out = aup([(2.5, 40.0)], y_max=90.0)
+    assert out.aup == pytest.approx(100.0) and out.points == ((2.5, 40.0),) and out.dropped == ()
+
+
+def test_aup_drops_points_below_y1_minus_5_and_weights_the_trapezoids():
+    # given unsorted; sorted by TPF: (1, 80), (2, 74), (3, 79); 74 < 80 - 5 leaves the curve
+    out = aup([(3.0, 79.0), (1.0, 80.0), (2.0, 74.0)], y_max=90.0)
+    w79, w80 = math.exp(-3 * (1 - 79 / 90)), math.exp(-3 * (1 - 80 / 90))
+    assert out.aup == pytest.approx(1 * 80 + (3 - 1) * (79 * w79 + 80 * w80) / 2)
+    assert out.aup == pytest.approx(192.0727, abs=1e-4)  # by hand: 80 + 2 * (79 * 0.69304 + 80 * 0.71653) / 2
+    assert out.points == ((1.0, 80.0), (3.0, 79.0)) and out.dropped == ((2.0, 74.0),)
+
+
+def test_aup_weight_clamps_to_one_above_y_max():
+    assert aup_weight(60.0, 50.0) == 1.0 and aup_weight(50.0, 50.0) == 1.0 and aup_weight(40.0, 50.0) < 1.0
+    assert aup([(1.0, 60.0), (2.0, 58.0)], y_max=50.0).aup == pytest.approx(60 + (60 + 58) / 2)
+    with pytest.raises(ValueError, match="positive TPF"):
+        aup([(0.0, 50.0)], y_max=50.0)

@@ -101,3 +101,25 @@ def test_ripple_ui_without_a_store_is_one_line(tmp_path, capsys):
     assert main(["ui", "--store", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no MLflow store at" in err
+
+
+def test_each_run_carries_its_task_as_a_dataset_input_once(tmp_path):
+    import hashlib
+
+    spec = _spec(["default", "confidence"])
+    store, items = _store(tmp_path, spec, {"default": 48, "confidence": 24})
+    sums = summarize(spec, items, store.read())
+    tracker = Tracker.open("t", tmp_path)
+    ids = tracker.log_cells(sums, store.read(), spec.path)
+    tracker._logged.clear()  # as a later `ripple grid` would: log every cell again
+    tracker.log_cells(sums, store.read(), spec.path)
+    client = MlflowClient(tracking_uri=tracking_uri(tmp_path))
+    problems = sorted({it.example.id for it in items})
+    for run_id in ids.values():
+        (inp,) = client.get_run(run_id).inputs.dataset_inputs  # one input, not one per logging
+        assert inp.dataset.name == "arith"
+        assert inp.dataset.digest == hashlib.sha256("\n".join(problems).encode()).hexdigest()[:16]
+        assert inp.dataset.source_type == "code" and "ripple.tasks.arith" in inp.dataset.source
+        assert {t.key: t.value for t in inp.tags}["mlflow.data.context"] == "test"
+    found = client.search_runs([tracker.experiment_id], filter_string="dataset.name = 'arith'")
+    assert len(found) == 2  # the runs table's dataset filter finds them
