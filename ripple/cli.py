@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from .errors import RippleError
+from .errors import RippleError, Terminated, stop_on_sigterm
 
 
 def _shipped(folder: str) -> str:
@@ -395,6 +395,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = build_report(args.store or default_store(), args.experiment, args.out, tracking_uri=args.tracking_uri,
                           track=not args.no_tracking)
     where = f"; logged to MLflow run {report.mlflow_run_id}" if report.mlflow_run_id else ""
+    where += f"; {report.set_aside_text()}" if report.set_aside[0] else ""
     print(f"report of {report.experiment}: {report.out_dir / 'report.html'} ({report.cells.height} cells, "
           f"{len(report.figures)} figures){where}")
     return 0
@@ -555,18 +556,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # 128 + the signal number, as shells report them
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import logging
+    import signal
+
+    warnings = logging.StreamHandler(sys.stderr)  # the store's warnings (a quarantined file), one line each
+    warnings.setFormatter(logging.Formatter("ripple: warning: %(message)s"))
+    warnings.setLevel(logging.WARNING)
+    logger = logging.getLogger("ripple")
+    logger.addHandler(warnings)
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_on_sigterm()
     try:
         check_paths(parser, args)  # before any work: a bad output path never costs a model load
         return int(args.func(args) or 0)
     except RippleError as exc:
         print(f"ripple {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("ripple: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"ripple {args.command}: {how}; what was stored is kept, and a re-run resumes", file=sys.stderr)
+        return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
+    finally:
+        logger.removeHandler(warnings)
+        if previous is not None and threading_main():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

@@ -136,6 +136,21 @@ class Tracker:
         return out
 
 
+    def end_unfinished(self, status: str) -> None:
+        """Mark every cell run of this experiment still RUNNING (a grid stopped while logging it) as
+        `status` (KILLED on a signal, FAILED on an error), so the UI never shows a dead run as live."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            runs = self.client.search_runs([self.experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                           max_results=1000)
+            for r in runs:
+                if CELL_TAG in r.data.tags:
+                    self.client.set_terminated(r.info.run_id, status)
+        except MlflowException as exc:  # e.g. the disk that stopped the grid holds the database too
+            logging.getLogger(__name__).warning(f"MLflow runs of {self.uri} not marked {status} ({exc.message[:200]})")
+
+
 def ui_command(store_dir: str | os.PathLike, override_uri: str | None, port: int) -> tuple[list[str], dict[str, str]]:
     """The `mlflow server` command line and environment behind `ripple ui`: localhost only, one
     worker and no job runners (about 460 MB instead of 2.5 GB), on the grid's tracking store."""
