@@ -580,18 +580,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"ripple {args.command}: {how}; what was stored is kept, and a re-run resumes", file=sys.stderr)
+        resume = "; what was stored is kept, and a re-run resumes" if args.command in ("grid", "sweep") else ""
+        print(f"ripple {args.command}: {how}{resume}", file=sys.stderr)
         return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
     finally:
         logger.removeHandler(warnings)
-        if previous is not None and threading_main():
-            signal.signal(signal.SIGTERM, previous)
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+        if previous is not None and signal.getsignal(signal.SIGTERM) is not previous:
+            signal.signal(signal.SIGTERM, previous)  # called in-process (tests): give the caller its handler back
 
 
 if __name__ == "__main__":

@@ -54,3 +54,17 @@ def test_another_hosts_lock_is_stale_only_when_its_heartbeat_is_old(tmp_path):
     _write(tmp_path / "driver.lock", "elsewhere", 1, time.time() - lockmod.STALE_SECONDS - 1)
     with DriverLock(tmp_path, "x") as held:
         assert _read(held.path).host == os.uname().nodename
+
+
+@pytest.mark.parametrize("command", [["grid", "demo"], ["sweep", "tiny-demo"]])
+def test_grid_and_sweep_are_refused_while_a_live_driver_holds_the_experiment(tmp_path, capsys, command):
+    from ripple.cli import main
+
+    with DriverLock(tmp_path / "held", "x"):  # this test process plays the live driver
+        t0 = time.perf_counter()
+        assert main([*command, "--experiment", "held", "--store", str(tmp_path), "--no-tracking", "--limit", "1"]) == 2
+        assert time.perf_counter() - t0 < 5  # before tasks load or Ray starts
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1
+    assert cap.err.startswith(f"ripple {command[0]}: error: experiment 'held' in store {tmp_path} is already being "
+                              f"run by another driver (host {os.uname().nodename}, pid {os.getpid()}, started ")
