@@ -160,7 +160,8 @@ def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
 
 def add_store_args(p: argparse.ArgumentParser) -> None:
     """--store and --tracking-uri, resolved alike by grid, sweep, report and ui."""
-    p.add_argument("--store", default=None, metavar=DIR, help="result store directory (default: $RIPPLE_STORE, else ./results; "
+    p.add_argument("--store", default=None, metavar=DIR,
+                   help="result store directory (default: $RIPPLE_STORE, else ./results; "
                    "~/ripple-results inside a submitted Ray job)")
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")

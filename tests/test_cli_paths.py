@@ -79,7 +79,8 @@ def _cases(tmp_path, kind):
             (UNWRITABLE if kind == DIR else f"{UNWRITABLE}.jsonl", "cannot write in /proc")]
 
 
-@pytest.mark.parametrize("cmd,sub,action", OPTIONS, ids=[f"{' '.join(c)} {a.option_strings[-1]}" for c, _, a in OPTIONS])
+@pytest.mark.parametrize("cmd,sub,action", OPTIONS,
+                         ids=[f"{' '.join(c)} {a.option_strings[-1]}" for c, _, a in OPTIONS])
 def test_a_bad_output_path_is_one_line_and_exit_2_before_any_work(tmp_path, capsys, no_work, cmd, sub, action):
     flag = action.option_strings[-1]
     for path, problem in _cases(tmp_path, action.metavar):
@@ -101,5 +102,6 @@ def test_from_the_command_line_no_model_loads(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
     assert time.perf_counter() - t0 < 10
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith(f"ripple generate: error: --trace {argv[-1]}: directory ") and "does not exist" in proc.stderr
+    assert proc.stderr.startswith(f"ripple generate: error: --trace {argv[-1]}: directory ")
+    assert "does not exist" in proc.stderr
     assert proc.stdout.strip() == "[]"  # neither the model loader nor Ray was imported

@@ -90,7 +90,8 @@ def test_a_truncated_part_file_is_quarantined_recomputed_and_reported(tmp_path):
                           capture_output=True, text=True, env=env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [ln for ln in proc.stderr.splitlines() if victim.name in ln]
-    assert len(warnings) == 1 and "ripple: warning: damaged record file" in warnings[0] and "held 6 records" in warnings[0]
+    assert len(warnings) == 1, proc.stderr
+    assert "ripple: warning: damaged record file" in warnings[0] and "held 6 records" in warnings[0]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (out["planned"], out["skipped"], out["computed"]) == (6, 0, 6)
     _exactly_once(store, 6)
@@ -100,7 +101,8 @@ def test_a_truncated_part_file_is_quarantined_recomputed_and_reported(tmp_path):
                             capture_output=True, text=True, env=env(), timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     assert "6 records in 1 damaged file set aside in quarantine/" in report.stdout
-    assert "6 records in 1 damaged file set aside in quarantine/" in (store_dir / "damaged/report/report.md").read_text()
+    markdown = (store_dir / "damaged" / "report" / "report.md").read_text()
+    assert "6 records in 1 damaged file set aside in quarantine/" in markdown
 
 
 @pytest.fixture
