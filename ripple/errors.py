@@ -1,4 +1,6 @@
 """The one exception type users see: the CLI prints its message on one line and exits 2."""
+from contextlib import contextmanager
+from typing import Iterator
 
 
 class RippleError(Exception):
@@ -12,6 +14,29 @@ class Terminated(KeyboardInterrupt):
 
 def _raise_terminated(signum, frame) -> None:
     raise Terminated()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then deliver them to the handlers in place before:
+    the block (storing a batch of records that workers returned) completes. Outside the main thread
+    it changes nothing."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
 
 
 def stop_on_sigterm() -> None:

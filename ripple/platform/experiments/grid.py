@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 import polars as pl
 
-from ...errors import RippleError, stop_on_sigterm
+from ...errors import RippleError, signals_deferred, stop_on_sigterm
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
 from .metrics import CellSummary, baseline_ids, summarize_cells
 from .store import KEY, ResultStore, SampleRecord, StoreFull
@@ -192,16 +192,17 @@ def stream_items(pool: WorkerPool, items: list[WorkItem], sink: Callable[[list[S
             feed(slot)
     while inflight:
         ready, rest = ray.wait(list(inflight), num_returns=1)
-        if rest:  # take everything else that is already finished, without waiting
-            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
-            ready += more
-        records = []
-        for ref, batch_records in zip(ready, _results(ready, inflight, batch_size)):
-            slot, _ = inflight.pop(ref)
-            if any(r.error is not None and r.error.startswith(DIED) for r in batch_records):
-                pool.actors[slot] = None  # restarts exhausted: route nothing more to it
-            records += batch_records
-        sink(records)
+        with signals_deferred():  # records that came back are stored (and their cells logged) before a stop
+            if rest:  # take everything else that is already finished, without waiting
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                ready += more
+            records = []
+            for ref, batch_records in zip(ready, _results(ready, inflight, batch_size)):
+                slot, _ = inflight.pop(ref)
+                if any(r.error is not None and r.error.startswith(DIED) for r in batch_records):
+                    pool.actors[slot] = None  # restarts exhausted: route nothing more to it
+                records += batch_records
+            sink(records)
         for slot in range(len(pool.actors)):
             busy = sum(1 for s, _ in inflight.values() if s == slot)
             for _ in range(DEPTH - busy):
