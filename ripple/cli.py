@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from .errors import RippleError, Terminated, stop_on_sigterm
+from .errors import RippleError, stop_on_sigterm, was_terminated
 
 
 def _shipped(folder: str) -> str:
@@ -580,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger = logging.getLogger("ripple")
     logger.addHandler(warnings)
     previous = signal.getsignal(signal.SIGTERM)
-    stop_on_sigterm()
+    stop_on_sigterm(fresh=True)
     try:
         check_paths(parser, args)  # before any work: a bad output path never costs a model load
         return int(args.func(args) or 0)
@@ -588,10 +588,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ripple {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
-        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        terminated = was_terminated(exc)
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
         resume = "; what was stored is kept, and a re-run resumes" if args.command in ("grid", "sweep") else ""
         print(f"ripple {args.command}: {how}{resume}", file=sys.stderr)
-        return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
+        return EXIT_SIGTERM if terminated else EXIT_SIGINT
     finally:
         logger.removeHandler(warnings)
         if previous is not None and signal.getsignal(signal.SIGTERM) is not previous:

@@ -12,8 +12,18 @@ class Terminated(KeyboardInterrupt):
     shut down) and the command exits 143 instead of dying mid-write."""
 
 
+_terminated: list[int] = []  # SIGTERMs seen: Ray turns an exception raised in its blocking calls into a
+# plain KeyboardInterrupt, so the exit status cannot rely on the exception's type alone
+
+
 def _raise_terminated(signum, frame) -> None:
+    _terminated.append(signum)
     raise Terminated()
+
+
+def was_terminated(exc: BaseException) -> bool:
+    """Whether `exc` (a KeyboardInterrupt that reached the top) stands for a SIGTERM."""
+    return isinstance(exc, Terminated) or bool(_terminated)
 
 
 @contextmanager
@@ -39,11 +49,13 @@ def signals_deferred() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
-def stop_on_sigterm() -> None:
+def stop_on_sigterm(fresh: bool = False) -> None:
     """Raise `Terminated` in the main thread on SIGTERM. `ray.init` installs its own handler (a bare
     sys.exit that skips clean-up), so the grid driver calls this again once Ray is up."""
     import signal
     import threading
 
+    if fresh:  # a new command: forget a SIGTERM an earlier one (in this process) received
+        _terminated.clear()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
