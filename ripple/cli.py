@@ -136,10 +136,12 @@ def writable_path(path: str | Path, flag: str, kind: str) -> None:
 
 
 def writable_dir(path: str | Path, flag: str) -> None:
+    """`writable_path` for a folder (the name callers used before path kinds)."""
     writable_path(path, flag, DIR)
 
 
 def writable_file(path: str | Path, flag: str) -> None:
+    """`writable_path` for a file."""
     writable_path(path, flag, FILE)
 
 

@@ -59,7 +59,7 @@ def test_a_second_driver_is_refused_and_a_killed_drivers_lock_is_taken_over(tmp_
         t0 = time.perf_counter()
         second = subprocess.run(grid_cmd(str(spec), "--store", str(store_dir), "--no-tracking"), capture_output=True,
                                 text=True, env=env(), timeout=60)
-        assert time.perf_counter() - t0 < 15  # refused at once: no plan, no Ray, no model
+        assert time.perf_counter() - t0 < 10  # refused at once: no plan, no Ray, no model
         assert second.returncode == 2 and second.stdout == "" and second.stderr.count("\n") == 1, second.stderr
         assert f"is already being run by another driver (host {os.uname().nodename}, pid {first.pid}, started " \
                in second.stderr
