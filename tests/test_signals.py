@@ -10,10 +10,13 @@ from ripple.errors import Terminated, signals_deferred, stop_on_sigterm
 
 @pytest.fixture
 def sigterm_raises():
-    previous = signal.getsignal(signal.SIGTERM)
+    """The handlers `ripple` runs with (an in-process Ray Tune run earlier in the session replaces SIGINT's)."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     stop_on_sigterm()
     yield
-    signal.signal(signal.SIGTERM, previous)
+    for s, handler in previous.items():
+        signal.signal(s, handler)
 
 
 @pytest.mark.parametrize("signum,raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
