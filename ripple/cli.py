@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from .errors import RippleError
+from .errors import RippleError, stop_on_sigterm, was_terminated
 
 
 def _shipped(folder: str) -> str:
@@ -101,6 +101,11 @@ def refuse_mask(ids: Sequence[int], mask_id: int | None) -> None:
         raise RippleError(f"--input-ids contains the model's mask id {mask_id}; a prompt cannot have holes")
 
 
+# Output path options carry one of these metavars: `check_paths` finds them in the parser, so an
+# option added later is checked before any work as soon as it is declared with one of them.
+FILE, DIR = "FILE", "DIR"
+
+
 def _write_probe(directory: Path, flag: str, given: str) -> None:
     """Write a nameless file in `directory`: os.access would say yes to root on a read-only filesystem."""
     try:
@@ -109,34 +114,68 @@ def _write_probe(directory: Path, flag: str, given: str) -> None:
         raise RippleError(f"{flag} {given}: cannot write in {directory} ({exc.strerror or exc})") from None
 
 
-def writable_dir(path: str | Path, flag: str) -> None:
-    """Refuse `path` (before any work starts) unless it is a directory we can write, or can be created
-    as one: its nearest existing ancestor must be a directory we can write in."""
-    target = existing = Path(path).expanduser().absolute()
+def writable_path(path: str | Path, flag: str, kind: str) -> None:
+    """Refuse an output path before any work starts: its folder must exist and take new files; a FILE
+    must not be a directory, a DIR must not be a file (a missing DIR is created by the command)."""
+    given = Path(path).expanduser()
+    parent = given.parent
     try:
-        while not existing.exists():
-            existing = existing.parent
+        if kind == FILE and given.is_dir():
+            raise RippleError(f"{flag} {path}: is a directory, not a file")
+        if kind == DIR and given.exists() and not given.is_dir():
+            raise RippleError(f"{flag} {path}: is a file, not a directory")
+        if not parent.exists():
+            raise RippleError(f"{flag} {path}: directory {parent} does not exist")
+        if not parent.is_dir():
+            raise RippleError(f"{flag} {path}: {parent} is not a directory")
+        if kind == FILE and given.exists():
+            with open(given, "ab"):  # appends nothing: only asks whether the file takes writes
+                pass
     except OSError as exc:
-        raise RippleError(f"{flag} {path}: cannot reach {existing} ({exc.strerror or exc})") from None
-    if not existing.is_dir():
-        raise RippleError(f"{flag} {path}: {existing} is not a directory")
-    _write_probe(existing, flag, str(path) if target == existing else f"{path} (to be created)")
+        raise RippleError(f"{flag} {path}: cannot reach it ({exc.strerror or exc})") from None
+    if kind == DIR and given.is_dir():
+        _write_probe(given, flag, str(path))
+    else:
+        _write_probe(parent.absolute(), flag, str(path) if kind == FILE else f"{path} (to be created)")
+
+
+def writable_dir(path: str | Path, flag: str) -> None:
+    """`writable_path` for a folder (the name callers used before path kinds)."""
+    writable_path(path, flag, DIR)
 
 
 def writable_file(path: str | Path, flag: str) -> None:
-    """Refuse a file path (before any work starts) whose directory is missing or unwritable, or
-    that names a directory."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise RippleError(f"{flag} {path}: is a directory")
-    if not target.parent.absolute().is_dir():
-        raise RippleError(f"{flag} {path}: directory {target.parent} does not exist")
-    _write_probe(target.parent, flag, str(path))
+    """`writable_path` for a file."""
+    writable_path(path, flag, FILE)
+
+
+def path_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The output path options of `parser` itself (not of its subcommands)."""
+    return [a for a in parser._actions if a.option_strings and a.metavar in (FILE, DIR)]
+
+
+def chosen_parsers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.ArgumentParser]:
+    """`parser` and the (sub)parsers of the command `args` were parsed for, outermost first."""
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
+            out += chosen_parsers(action.choices[getattr(args, action.dest)], args)
+    return out
+
+
+def check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every output path given on the command line, checked before the command runs."""
+    for sub in chosen_parsers(parser, args):
+        for action in path_options(sub):
+            value = getattr(args, action.dest, None)
+            if value is not None:
+                writable_path(value, action.option_strings[-1], action.metavar)
 
 
 def add_store_args(p: argparse.ArgumentParser) -> None:
     """--store and --tracking-uri, resolved alike by grid, sweep, report and ui."""
-    p.add_argument("--store", default=None, help="result store directory (default: $RIPPLE_STORE, else ./results; "
+    p.add_argument("--store", default=None, metavar=DIR,
+                   help="result store directory (default: $RIPPLE_STORE, else ./results; "
                    "~/ripple-results inside a submitted Ray job)")
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")
@@ -217,8 +256,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .platform.runtime.loading import load_model
     from .tasks import get_task
 
-    if args.samples_out:
-        writable_file(args.samples_out, "--samples-out")
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
                               args.eos_early_stop)
@@ -331,7 +368,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(summary_json(spec) if args.json else spec.describe())
         return 0
-    writable_dir(args.store or default_store(), "--store")  # before Ray starts
+    if args.store is None:  # a given --store was checked with every other path before the command ran
+        writable_path(default_store(), "--store", DIR)
     run = run_grid(spec, args.store or default_store(), experiment=args.experiment, tracking_uri=args.tracking_uri,
                    track=not args.no_tracking, fresh=args.fresh, progress=not args.json, workers=args.workers)
     print(summary_json(spec, run) if args.json else format_table(run))
@@ -351,7 +389,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(spec.describe())
         return 0
-    writable_dir(args.store or default_store(), "--store")  # before Ray starts
+    if args.store is None:  # a given --store was checked with every other path before the command ran
+        writable_path(default_store(), "--store", DIR)
     run = run_sweep(spec, args.store or default_store(), tracking_uri=args.tracking_uri, track=not args.no_tracking,
                     progress=not args.json, workers=args.workers)
     print(summary_json(run) if args.json else format_table(run))
@@ -374,11 +413,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .dashboards.report import build_report
     from .platform.experiments.grid import default_store
 
-    if args.out:
-        writable_dir(args.out, "--out")
     report = build_report(args.store or default_store(), args.experiment, args.out, tracking_uri=args.tracking_uri,
                           track=not args.no_tracking)
     where = f"; logged to MLflow run {report.mlflow_run_id}" if report.mlflow_run_id else ""
+    where += f"; {report.set_aside_text()}" if report.set_aside[0] else ""
     print(f"report of {report.experiment}: {report.out_dir / 'report.html'} ({report.cells.height} cells, "
           f"{len(report.figures)} figures){where}")
     return 0
@@ -388,9 +426,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from .dashboards.leaderboard import build_leaderboard, summary_line
     from .platform.experiments.grid import default_store
 
-    if args.out:
-        writable_dir(args.out, "--out")
-    print(summary_line(build_leaderboard(args.store or default_store(), args.out)))
+    print(summary_line(build_leaderboard(args.store or default_store(), args.out)))  # paths checked by main()
     return 0
 
 
@@ -426,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--input-ids", help="comma-separated prompt token ids")
     g.add_argument("--chat", action="store_true", help="wrap --prompt in the model's chat template")
     add_decode_args(g)
-    g.add_argument("--trace", metavar="FILE", help="write the decode trace as JSON lines")
+    g.add_argument("--trace", metavar=FILE, help="write the decode trace as JSON lines")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(func=cmd_generate)
 
@@ -440,13 +476,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: $RIPPLE_DATA_DIR, else the Hugging Face hub)")
     e.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template "
                    "(lm-eval's --apply_chat_template)")
-    e.add_argument("--samples-out", metavar="FILE", help="also write one JSON line per sample")
+    e.add_argument("--samples-out", metavar=FILE, help="also write one JSON line per sample")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
 
     t = sub.add_parser("train-tiny", help="train the embedded ripple-tiny model on CPU", epilog=_EPILOG["train-tiny"],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--out", required=True, help="output directory (Hugging Face format; resumable)")
+    t.add_argument("--out", required=True, metavar=DIR, help="output directory (Hugging Face format; resumable)")
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--batch-size", type=int, default=None)
     t.add_argument("--lr", type=float, default=None)
@@ -519,14 +555,15 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=_EPILOG["report"], formatter_class=argparse.RawDescriptionHelpFormatter)
     rp.add_argument("experiment", help="experiment name in the result store")
     add_store_args(rp)
-    rp.add_argument("--out", default=None, help="report folder (default: STORE/EXPERIMENT/report)")
+    rp.add_argument("--out", default=None, metavar=DIR, help="report folder (default: STORE/EXPERIMENT/report)")
     rp.add_argument("--no-tracking", action="store_true", help="neither read nor log MLflow")
     rp.set_defaults(func=cmd_report)
 
     lb = sub.add_parser("leaderboard", help="every experiment of a store on one page: accuracy, TPF, AUP, Pareto",
                         epilog=_EPILOG["leaderboard"], formatter_class=argparse.RawDescriptionHelpFormatter)
-    lb.add_argument("--store", default=None, help="result store directory (default: $RIPPLE_STORE, else ./results)")
-    lb.add_argument("--out", default=None, help="output folder (default: STORE/leaderboard)")
+    lb.add_argument("--store", default=None, metavar=DIR,
+                    help="result store directory (default: $RIPPLE_STORE, else ./results)")
+    lb.add_argument("--out", default=None, metavar=DIR, help="output folder (default: STORE/leaderboard)")
     lb.set_defaults(func=cmd_leaderboard)
 
     an = sub.add_parser("analyze", help="the ripple-effect analysis (RPS paper, Figure 1)",
@@ -534,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--model", required=True, help="checkpoint directory, hub id, or embedded name (ripple-tiny)")
     an.add_argument("--task", required=True, help="task name (see `ripple tasks list`)")
     an.add_argument("--limit", type=int, default=20, help="first N test examples (default 20)")
-    an.add_argument("--out", default=None, help="output folder (default: runs/analyze/MODEL-TASK)")
+    an.add_argument("--out", default=None, metavar=DIR, help="output folder (default: runs/analyze/MODEL-TASK)")
     an.add_argument("--gen-length", type=int, default=48)
     an.add_argument("--block-length", type=int, default=16)
     an.add_argument("--oracle", choices=("default", "reference"), default="default",
@@ -555,17 +592,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # 128 + the signal number, as shells report them
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import logging
+    import signal
+
+    warnings = logging.StreamHandler(sys.stderr)  # the store's warnings (a quarantined file), one line each
+    warnings.setFormatter(logging.Formatter("ripple: warning: %(message)s"))
+    warnings.setLevel(logging.WARNING)
+    logger = logging.getLogger("ripple")
+    logger.addHandler(warnings)
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_on_sigterm(fresh=True)
     try:
+        check_paths(parser, args)  # before any work: a bad output path never costs a model load
         return int(args.func(args) or 0)
     except RippleError as exc:
         print(f"ripple {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("ripple: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = was_terminated(exc)
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        resume = "; what was stored is kept, and a re-run resumes" if args.command in ("grid", "sweep") else ""
+        print(f"ripple {args.command}: {how}{resume}", file=sys.stderr)
+        return EXIT_SIGTERM if terminated else EXIT_SIGINT
+    finally:
+        logger.removeHandler(warnings)
+        if previous is not None and signal.getsignal(signal.SIGTERM) is not previous:
+            signal.signal(signal.SIGTERM, previous)  # called in-process (tests): give the caller its handler back
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ def test_eval_refuses_a_bad_samples_out_before_the_model_loads(tmp_path, monkeyp
 
 def _bad_stores(tmp_path):
     (tmp_path / "a-file").write_text("")
-    return [(UNWRITABLE, "cannot write in /proc"), (f"{UNWRITABLE}/deeper", "cannot write in /proc"),
+    return [(UNWRITABLE, "cannot write in /proc"), (f"{UNWRITABLE}/deeper", f"directory {UNWRITABLE} does not exist"),
             (str(tmp_path / "a-file" / "store"), "a-file is not a directory")]
 
 
@@ -128,9 +128,9 @@ def test_a_writable_store_that_does_not_exist_yet_is_accepted(tmp_path, monkeypa
         raise RippleError(f"run_grid reached with {store}")
 
     monkeypatch.setattr("ripple.platform.experiments.grid.run_grid", run_grid)
-    store = tmp_path / "new" / "store"
+    store = tmp_path / "store"
     _refused(["grid", "demo", "--store", str(store), "--no-tracking"], capsys, f"run_grid reached with {store}")
-    assert not (tmp_path / "new").exists()  # checked, not created
+    assert not store.exists()  # checked, not created
 
 
 def test_input_ids_with_the_mask_id_are_refused_before_the_model_loads(golden, capsys, no_work):

@@ -410,6 +410,19 @@ class Report:
     tables: tuple[Table, ...]
     figures: tuple[Path, ...]
     mlflow_run_id: str | None
+    set_aside: tuple[int, int | None] = (0, 0)  # (files, records) in quarantine/: damaged, not counted here
+
+    def set_aside_text(self) -> str:
+        return set_aside_text(self.set_aside)
+
+
+def set_aside_text(counts: tuple[int, int | None]) -> str:
+    """'' when nothing was set aside, else e.g. '12 records in 1 damaged file set aside in quarantine/'."""
+    files, rows = counts
+    if not files:
+        return ""
+    held = f"{rows} records" if rows is not None else "records (how many is unknown)"
+    return f"{held} in {files} damaged file{'s' if files > 1 else ''} set aside in quarantine/"
 
 
 def default_out(store_dir: str | Path, experiment: str) -> Path:
@@ -451,7 +464,8 @@ def build_report(store_dir: str | Path, experiment: str, out_dir: str | Path | N
         (tmp / "report.html").write_text(to_html(blocks, f"Ripple report: {experiment}", tmp))
         cells.write_csv(tmp / "cells.csv")
     run_id = _log_report(tracker, out) if tracker else None
-    return Report(experiment, out, cells, tuple(tables), tuple(out / f.name for f in figures), run_id)
+    return Report(experiment, out, cells, tuple(tables), tuple(out / f.name for f in figures), run_id,
+                  ResultStore(store_dir, experiment).set_aside())
 
 
 def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.DataFrame, runs: dict[str, str],
@@ -460,8 +474,10 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
     blocks: list[Block] = [("h1", f"Ripple report: {experiment}")]
     hardware = sorted(set(records["hardware"].drop_nulls().to_list()))
     errors = int(records["error"].is_not_null().sum())
+    aside = set_aside_text(ResultStore(store_dir, experiment).set_aside())
+    aside = f" {aside[0].upper()}{aside[1:]}, not counted here." if aside else ""
     blocks.append(("p", f"Store `{store_dir.expanduser().resolve()}`: {records.height} samples in {cells.height} cells"
-                        f" ({errors} with errors, excluded from the metrics). Hardware: "
+                        f" ({errors} with errors, excluded from the metrics).{aside} Hardware: "
                         f"{'; '.join(hardware) or 'unknown'}. Generated "
                         f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."))
     blocks.append(("p", "accuracy % = correct / samples without error; NFE = mean forward calls per sample; "

@@ -173,46 +173,47 @@ def run_sweep(spec: SweepSpec, store_dir: str | os.PathLike, *, tracking_uri: st
 
     started = time.perf_counter()
     store = ResultStore(store_dir, spec.experiment)
-    run = SweepRun(spec, store, uuid.uuid4().hex[:12])
-    tracker = None
-    if track:  # a bad tracking URI fails before Ray starts
-        from ..platform.experiments.tracking import Tracker
+    with store.lock():  # one driver per experiment: a second one is refused here, before any work
+        run = SweepRun(spec, store, uuid.uuid4().hex[:12])
+        tracker = None
+        if track:  # a bad tracking URI fails before Ray starts
+            from ..platform.experiments.tracking import Tracker
 
-        tracker = Tracker.open(spec.experiment, store.root, tracking_uri)
-    examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit in spec.tasks}
-    store.compact()  # merge what an interrupted run left, before trials add their part files
-    digests = model_digests([spec.model])
-    store.check_weights(digests, "give a new --experiment (a sweep resumes from what its experiment stores)")
-    done = frozenset(store.done_keys())
-    started_here = connect_ray()
-    try:
-        per_trial = sum(len(v) for v in examples.values())
-        count, cpus, gpus = pool_shape(spec.workers, workers, per_trial * max(1, spec.trial_count()))
-        pool = _NoPool() if _all_stored(spec, examples, done) else \
-            WorkerPool(spec.model, spec.dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[spec.model])
-        run.workers = pool.infos
+            tracker = Tracker.open(spec.experiment, store.root, tracking_uri)
+        examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit in spec.tasks}
+        store.compact()  # merge what an interrupted run left, before trials add their part files
+        digests = model_digests([spec.model])
+        store.check_weights(digests, "give a new --experiment (a sweep resumes from what its experiment stores)")
+        done = frozenset(store.done_keys())
+        started_here = connect_ray()
         try:
-            ctx = _Context(spec, str(store.root), run.sweep_id, examples, done, None)
-            if spec.baseline:
-                base_rows, _ = _evaluate(ctx, pool.actors, spec.baseline_cells())
-                run.baseline = self_baseline(cell_metrics(base_rows))
-                ctx = _Context(spec, str(store.root), run.sweep_id, examples, ctx.done, base_rows)
-            run.trials = _tune(spec, ctx, pool.actors, store, run.sweep_id, progress)
+            per_trial = sum(len(v) for v in examples.values())
+            count, cpus, gpus = pool_shape(spec.workers, workers, per_trial * max(1, spec.trial_count()))
+            pool = _NoPool() if _all_stored(spec, examples, done) else \
+                WorkerPool(spec.model, spec.dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[spec.model])
+            run.workers = pool.infos
+            try:
+                ctx = _Context(spec, str(store.root), run.sweep_id, examples, done, None)
+                if spec.baseline:
+                    base_rows, _ = _evaluate(ctx, pool.actors, spec.baseline_cells())
+                    run.baseline = self_baseline(cell_metrics(base_rows))
+                    ctx = _Context(spec, str(store.root), run.sweep_id, examples, ctx.done, base_rows)
+                run.trials = _tune(spec, ctx, pool.actors, store, run.sweep_id, progress)
+            finally:
+                pool.close()
         finally:
-            pool.close()
-    finally:
-        store.compact()  # only the driver compacts, once every trial has finished writing
-        if started_here:
-            import ray
+            store.compact()  # only the driver compacts, once every trial has finished writing
+            if started_here:
+                import ray
 
-            ray.shutdown()
-    if not any(t.agg for t in run.trials):
-        first = next((t.error for t in run.trials if t.error), "no trial reported")
-        raise RippleError(f"every trial of sweep {spec.experiment} failed; first error: {first}")
-    _name_fronts(run)
-    run.out_dir = write_outputs(run)
-    if tracker is not None:
-        _log_mlflow(run, tracker)
+                ray.shutdown()
+        if not any(t.agg for t in run.trials):
+            first = next((t.error for t in run.trials if t.error), "no trial reported")
+            raise RippleError(f"every trial of sweep {spec.experiment} failed; first error: {first}")
+        _name_fronts(run)
+        run.out_dir = write_outputs(run)
+        if tracker is not None:
+            _log_mlflow(run, tracker)
     run.seconds = time.perf_counter() - started
     return run
 

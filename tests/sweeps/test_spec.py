@@ -75,6 +75,10 @@ def test_batch_size_keeps_cell_ids_and_needs_a_metric_it_measures():
     ("model: ripple-tiny\ntasks: [nope]\ndecoder: rps\ngen_length: 48\nblock_length: 16\n", "nope"),
     ("model: ripple-tiny\ntasks: [arith]\ndecoder: rps\ngen_length: 48\nblock_length: 16\nspaces: {}\n",
      "unknown key 'spaces' (did you mean 'space'?)"),
+    ("model: ripple-tiny\ntasks: [arith]\ndecoder: rps\ngen_length: 48\nblock_length: 16\nmodel: other\n",
+     "key 'model' given twice (line 6; first at line 1)"),
+    ("model: ripple-tiny\ntasks: {arith: {limit: 3}}\ndecoder: rps\ngen_length: 48\nblock_length: 16\n"
+     "space:\n  lambda: [0.1, 0.2]\n  tau: [0.8]\n  lambda: [0.3]\n", "key 'lambda' given twice (line 9; first at line 7)"),
 ])
 def test_malformed_spec_is_one_line_exit_2(tmp_path, capsys, text, message):
     path = tmp_path / "bad.yaml"

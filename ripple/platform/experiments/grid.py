@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable
 
 import polars as pl
 
-from ...errors import RippleError
+from ...errors import RippleError, signals_deferred, stop_on_sigterm
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
 from .metrics import CellSummary, baseline_ids, summarize_cells
-from .store import KEY, ResultStore, SampleRecord
+from .store import KEY, ResultStore, SampleRecord, StoreFull
 from .workers import WorkItem
 
 DEPTH = 2  # batches in flight per worker: one decodes while the one before is scored (or the next waits)
@@ -101,10 +101,12 @@ def connect_ray() -> bool:
     quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], **quiet)
+        stop_on_sigterm()
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # a local benchmark run reports nothing home
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
              _node_ip_address="127.0.0.1", **quiet)
+    stop_on_sigterm()  # ray.init replaced our SIGTERM handler with a bare exit
     return True
 
 
@@ -190,16 +192,17 @@ def stream_items(pool: WorkerPool, items: list[WorkItem], sink: Callable[[list[S
             feed(slot)
     while inflight:
         ready, rest = ray.wait(list(inflight), num_returns=1)
-        if rest:  # take everything else that is already finished, without waiting
-            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
-            ready += more
-        records = []
-        for ref, batch_records in zip(ready, _results(ready, inflight, batch_size)):
-            slot, _ = inflight.pop(ref)
-            if any(r.error is not None and r.error.startswith(DIED) for r in batch_records):
-                pool.actors[slot] = None  # restarts exhausted: route nothing more to it
-            records += batch_records
-        sink(records)
+        with signals_deferred():  # records that came back are stored (and their cells logged) before a stop
+            if rest:  # take everything else that is already finished, without waiting
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                ready += more
+            records = []
+            for ref, batch_records in zip(ready, _results(ready, inflight, batch_size)):
+                slot, _ = inflight.pop(ref)
+                if any(r.error is not None and r.error.startswith(DIED) for r in batch_records):
+                    pool.actors[slot] = None  # restarts exhausted: route nothing more to it
+                records += batch_records
+            sink(records)
         for slot in range(len(pool.actors)):
             busy = sum(1 for s, _ in inflight.values() if s == slot)
             for _ in range(DEPTH - busy):
@@ -257,26 +260,32 @@ def run_grid(spec: GridSpec, store_dir: str | os.PathLike, *, experiment: str | 
     started = time.perf_counter()
     experiment = experiment or spec.experiment
     store = ResultStore(store_dir, experiment)
-    run_id = uuid.uuid4().hex[:12]  # stamped on every record this invocation computes
-    items = plan(spec, experiment, run_id)
-    if fresh:
-        store.clear()
-    store.compact()  # merge what a killed run left behind
-    digests = model_digests(c.model for c in spec.cells)
-    store.check_weights(digests, "re-run with --fresh to recompute them, or give a new --experiment")
-    done = store.done_keys()
-    todo = [it for it in items if it.key not in done]
-    run = GridRun(spec, store, run_id, len(items), len(items) - len(todo), 0)
-    tracker = None
-    if track:  # open (or create) the MLflow experiment first: a bad tracking URI fails before any decoding
-        from .tracking import Tracker
+    with store.lock():  # one driver per experiment: a second one is refused here, before any work
+        run_id = uuid.uuid4().hex[:12]  # stamped on every record this invocation computes
+        items = plan(spec, experiment, run_id)
+        if fresh:
+            store.clear()
+        store.compact()  # merge what a killed run left behind (and set damaged files aside)
+        digests = model_digests(c.model for c in spec.cells)
+        store.check_weights(digests, "re-run with --fresh to recompute them, or give a new --experiment")
+        done = store.done_keys()
+        todo = [it for it in items if it.key not in done]
+        run = GridRun(spec, store, run_id, len(items), len(items) - len(todo), 0)
+        tracker = None
+        if track:  # open (or create) the MLflow experiment first: a bad tracking URI fails before any decoding
+            from .tracking import Tracker
 
-        tracker = Tracker.open(experiment, Path(store_dir), tracking_uri)
-    if todo:
-        _execute(run, items, todo, tracker, progress, workers, digests)
-    run.summaries = summarize(spec, items, store.read())
-    if tracker is not None and run.summaries:
-        tracker.log_cells(run.summaries, store.read(), spec.path, spec.data_dir)
+            tracker = Tracker.open(experiment, Path(store_dir), tracking_uri)
+        try:
+            if todo:
+                _execute(run, items, todo, tracker, progress, workers, digests)
+            run.summaries = summarize(spec, items, store.read())
+            if tracker is not None and run.summaries:
+                tracker.log_cells(run.summaries, store.read(), spec.path, spec.data_dir)
+        except BaseException as exc:  # a signal or a failure: no run of this experiment stays RUNNING
+            if tracker is not None:
+                tracker.end_unfinished("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+            raise
     run.seconds = time.perf_counter() - started
     return run
 
@@ -347,14 +356,27 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
             finally:
                 run.stream_seconds += time.perf_counter() - t1
                 pool.close()
+    except BaseException as exc:
+        if not isinstance(exc, StoreFull):  # on a full disk a merged copy would not fit either
+            _compact_quietly(store)  # the error in flight is the one to report
+        raise
+    else:
+        store.compact()
     finally:
         if bar is not None:
             bar.close()
-        store.compact()
         if started_here:
             import ray
 
             ray.shutdown()
+
+
+def _compact_quietly(store: ResultStore) -> None:
+    """Merge part files after a failure, unless that fails too (a full disk: the part files stay as they are)."""
+    try:
+        store.compact()
+    except (OSError, RippleError) as exc:
+        logging.getLogger(__name__).warning(f"part files of {store.dir} left uncompacted ({exc})")
 
 
 def _progress_text(run: GridRun, per_cell: Counter, total: int) -> str:

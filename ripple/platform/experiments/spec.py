@@ -205,6 +205,26 @@ def shipped_specs() -> list[str]:
     return shipped_names(GRIDS_DIR)
 
 
+class DuplicateKey(Exception):
+    """A mapping key written twice in a spec (plain YAML keeps the last value silently)."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader refusing a key given twice in any mapping, naming it and its line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise DuplicateKey(f"key {key!r} given twice (line {line}; first at line {seen[key]})")
+                if isinstance(key, (str, int, float, bool)):
+                    seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_spec(spec: str, directory: Path, kind: str) -> tuple[Path, Any]:
     """(path, document) of a YAML file or of a shipped spec's name in `directory`; any problem
     finding, reading or parsing it is one line naming the `kind` of spec ("grid", "sweep")."""
@@ -221,7 +241,9 @@ def read_yaml_spec(spec: str, directory: Path, kind: str) -> tuple[Path, Any]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise RippleError(f"cannot read {kind} spec {path} ({reason})") from None
     try:
-        return path, yaml.safe_load(text)
+        return path, yaml.load(text, Loader=UniqueKeyLoader)
+    except DuplicateKey as exc:
+        raise RippleError(f"{kind} spec {path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

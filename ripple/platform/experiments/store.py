@@ -7,11 +7,20 @@ a half-written file behind. `compact` merges the small files of finished runs in
 so the file count stays bounded. Reading deduplicates by key, so a crash between
 writing a merged file and deleting its sources never shows a record twice.
 
-Layout: <store>/<experiment>/records/{part,compact}-*.parquet
+A damaged file (truncated, or not Parquet at all) must not stop the experiment: reading
+moves it into quarantine/ with one warning, and its samples count as missing, so the next
+run recomputes them. Each file name carries its row count (`-n12.parquet`), which says how
+many records a file held even when its footer is gone. A full disk stops the writer with
+`StoreFull`; the file being written is removed, so a re-run after freeing space resumes.
+
+Layout: <store>/<experiment>/records/{part,compact}-*-n<rows>.parquet, quarantine/, driver.lock
 """
 from __future__ import annotations
 
+import errno
+import io
 import json
+import logging
 import os
 import re
 import uuid
@@ -24,6 +33,27 @@ import polars as pl
 from ...errors import RippleError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_ROWS = re.compile(r"-n(\d+)\.parquet$")  # the row count in a record file's name
+log = logging.getLogger(__name__)
+
+
+class StoreFull(RippleError):
+    """The store's disk is full: the driver stops with this line and a re-run resumes."""
+
+
+def _no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def file_rows(path: Path) -> int | None:
+    """How many records a (possibly damaged) record file holds: from its footer, else from its name."""
+    try:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:  # noqa: BLE001 -- any failure to read the footer means: ask the name instead
+        found = _ROWS.search(path.name)
+        return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,18 +162,38 @@ class ResultStore:
         self.root = Path(root).expanduser().resolve()
         self.experiment = check_name("experiment", experiment)
         self.dir = self.root / experiment / "records"
+        self.quarantine = self.root / experiment / "quarantine"
         self._seq = 0
         self._token = uuid.uuid4().hex[:12]
 
     def files(self) -> list[Path]:
         return sorted(p for p in self.dir.glob("*.parquet") if not p.name.startswith("."))
 
-    def _atomic_write(self, frame: pl.DataFrame, name: str) -> Path:
+    def lock(self):
+        """The driver lock of this experiment (one `ripple grid`/`ripple sweep` at a time)."""
+        from .lock import DriverLock
+
+        return DriverLock(self.root / self.experiment, f"experiment {self.experiment!r} in store {self.root}")
+
+    def _atomic_write(self, frame: pl.DataFrame, prefix: str) -> Path:
+        """Write `frame` under a temporary name and rename it into place; on any failure (a full disk,
+        a signal) the temporary file is removed, so no half-written file is ever left."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        final = self.dir / name
-        tmp = self.dir / f".tmp-{name}"
-        frame.write_parquet(tmp)
-        os.replace(tmp, final)  # atomic on POSIX: a reader sees the whole file or none of it
+        final = self.dir / f"{prefix}-n{frame.height}.parquet"
+        tmp = self.dir / f".tmp-{final.name}"
+        buf = io.BytesIO()
+        frame.write_parquet(buf)  # in memory first: a disk error then surfaces as a plain OSError
+        try:
+            with open(tmp, "wb") as f:
+                f.write(buf.getbuffer())
+            os.replace(tmp, final)  # atomic on POSIX: a reader sees the whole file or none of it
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            if _no_space(exc):
+                raise StoreFull(f"result store {self.root} is full (no space left on device); "
+                                f"{len(self.done_keys())} samples of experiment {self.experiment!r} are stored; "
+                                f"free space and re-run to resume") from None
+            raise
         return final
 
     def append(self, records: Iterable[SampleRecord]) -> Path | None:
@@ -152,17 +202,45 @@ class ResultStore:
         if frame.height == 0:
             return None
         self._seq += 1
-        return self._atomic_write(frame, f"part-{self._token}-{self._seq:07d}.parquet")
+        return self._atomic_write(frame, f"part-{self._token}-{self._seq:07d}")
+
+    def _read_file(self, path: Path) -> pl.DataFrame | None:
+        """One record file; a damaged one is moved into quarantine/ (None)."""
+        try:
+            return _conform(pl.read_parquet(path))
+        except (pl.exceptions.ComputeError, pl.exceptions.SchemaError, pl.exceptions.ColumnNotFoundError) as exc:
+            if not path.exists():
+                raise FileNotFoundError(path) from None  # compacted away under a reader: not damage
+            self._set_aside(path, exc)
+            return None
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise RippleError(f"result store {self.dir}: cannot read {path.name} ({exc.strerror or exc})") from None
+
+    def _set_aside(self, path: Path, exc: Exception) -> None:
+        rows = file_rows(path)
+        self.quarantine.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(path, self.quarantine / path.name)
+        except FileNotFoundError:  # another reader moved it first
+            return
+        held = f"{rows} records" if rows is not None else "an unknown number of records"
+        log.warning(f"damaged record file {path} ({str(exc).splitlines()[0][:120]}) moved to {self.quarantine}; "
+                    f"it held {held}, which count as missing and are recomputed by the next run")
+
+    def set_aside(self) -> tuple[int, int | None]:
+        """(files, records) in quarantine/; records is None when some file's count is unknown."""
+        files = sorted(self.quarantine.glob("*.parquet")) if self.quarantine.is_dir() else []
+        rows = [file_rows(f) for f in files]
+        return len(files), None if None in rows else sum(rows)
 
     def read_all(self) -> pl.DataFrame:
         """Every stored row, duplicates included (for audits and tests)."""
-        files = self.files()
-        if not files:
+        frames = [f for f in (self._read_file(p) for p in self.files()) if f is not None]
+        if not frames:
             return pl.DataFrame(schema=SCHEMA)
-        try:
-            return pl.concat([_conform(pl.read_parquet(f)) for f in files], how="vertical")
-        except (pl.exceptions.PolarsError, OSError) as exc:
-            raise RippleError(f"result store {self.dir} has an unreadable part file ({exc})") from None
+        return pl.concat(frames, how="vertical")
 
     def read(self) -> pl.DataFrame:
         """One row per (cell_id, sample_id): a record without error wins, then the latest."""
@@ -198,8 +276,12 @@ class ResultStore:
         parts = [p for p in self.files() if p.name.startswith("part-")]
         if len(parts) < 2:
             return
-        merged = pl.concat([_conform(pl.read_parquet(p)) for p in parts], how="vertical").unique(maintain_order=True)
-        self._atomic_write(merged, f"compact-{uuid.uuid4().hex[:12]}.parquet")
+        frames = [(p, self._read_file(p)) for p in parts]
+        parts = [p for p, f in frames if f is not None]
+        if len(parts) < 2:
+            return
+        merged = pl.concat([f for _, f in frames if f is not None], how="vertical").unique(maintain_order=True)
+        self._atomic_write(merged, f"compact-{uuid.uuid4().hex[:12]}")
         for p in parts:
             p.unlink()
         for tmp in self.dir.glob(".tmp-*"):  # leftovers of a writer killed mid-write

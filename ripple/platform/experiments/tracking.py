@@ -142,7 +142,6 @@ class Tracker:
                 out[c.cell_id] = run_id
         return out
 
-
     def _log_dataset(self, run_id: str, dataset, split: str) -> None:
         """The run's dataset input, once per (name, digest): re-logging a cell adds none."""
         from mlflow.entities import DatasetInput, InputTag
@@ -153,6 +152,20 @@ class Tracker:
             return
         self.client.log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
                                                      tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])])
+
+    def end_unfinished(self, status: str) -> None:
+        """Mark every cell run of this experiment still RUNNING (a grid stopped while logging it) as
+        `status` (KILLED on a signal, FAILED on an error), so the UI never shows a dead run as live."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            runs = self.client.search_runs([self.experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                           max_results=1000)
+            for r in runs:
+                if CELL_TAG in r.data.tags:
+                    self.client.set_terminated(r.info.run_id, status)
+        except MlflowException as exc:  # e.g. the disk that stopped the grid holds the database too
+            logging.getLogger(__name__).warning(f"MLflow runs of {self.uri} not marked {status} ({exc.message[:200]})")
 
 
 def task_dataset(task: str, split: str, sample_ids: list[str], data_dir: str | None = None):

@@ -123,6 +123,11 @@ BAD = [
     ("zero batch size", GOOD + "batch_size: 0\n",
      "'batch_size' must be a positive number of samples per engine call (1 = one at a time), got 0"),
     ("batch size list", GOOD + "batch_size: [1, 8]\n", "'batch_size' must be a positive number of samples"),
+    # plain YAML would keep the last value silently
+    ("top-level key given twice", GOOD + "gen_lengths: [32]\n", "key 'gen_lengths' given twice (line 6; first at line 4)"),
+    ("nested key given twice", GOOD.replace("[default]", "\n  - name: rps\n    params:\n      lambda: 0.1\n"
+                                              "      tau: 0.8\n      lambda: 0.3"),
+     "key 'lambda' given twice (line 8; first at line 6)"),
 ]
 
 

@@ -64,14 +64,32 @@ def test_compaction_merges_parts_without_loss_and_ignores_temp_files(tmp_path):
     assert store.read().height == 0
 
 
-def test_bad_names_and_corrupt_parts_are_clear_errors(tmp_path):
+def test_bad_names_are_clear_errors(tmp_path):
     with pytest.raises(RippleError, match="experiment name '../x' is invalid"):
         ResultStore(tmp_path, "../x")
+
+
+def test_damaged_files_are_quarantined_with_one_warning_each(tmp_path, caplog):
     store = ResultStore(tmp_path, "exp")
-    store.append([rec()])
-    (store.dir / "part-zzz.parquet").write_bytes(b"not parquet")
-    with pytest.raises(RippleError, match="unreadable part file"):
-        store.read()
+    store.append([rec(sample="s0")])
+    kept = store.append([rec(sample="s1"), rec(sample="s2"), rec(sample="s3")])
+    truncated = store.append([rec(sample="s4"), rec(sample="s5")])
+    assert truncated.name.endswith("-n2.parquet")  # the row count survives in the name when the footer does not
+    truncated.write_bytes(truncated.read_bytes()[:-100])
+    (store.dir / "part-zzz.parquet").write_bytes(b"not parquet")  # no count anywhere
+    with caplog.at_level("WARNING", logger="ripple"):
+        assert sorted(store.read()["sample_id"]) == ["s0", "s1", "s2", "s3"]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings
+    assert any(str(truncated) in w and "held 2 records" in w for w in warnings)
+    assert any("part-zzz.parquet" in w and "unknown number of records" in w for w in warnings)
+    assert sorted(p.name for p in store.quarantine.iterdir()) == sorted([truncated.name, "part-zzz.parquet"])
+    assert store.set_aside() == (2, None)  # one count unknown
+    (store.quarantine / "part-zzz.parquet").unlink()
+    assert store.set_aside() == (1, 2)
+    caplog.clear()
+    store.compact()  # the good files merge; nothing more is set aside
+    assert not caplog.records and store.read().height == 4 and kept.exists() is False
 
 
 def test_a_store_written_before_batches_reads_as_batch_1_and_compacts_with_new_parts(tmp_path):

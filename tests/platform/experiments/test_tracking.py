@@ -123,3 +123,16 @@ def test_each_run_carries_its_task_as_a_dataset_input_once(tmp_path):
         assert {t.key: t.value for t in inp.tags}["mlflow.data.context"] == "test"
     found = client.search_runs([tracker.experiment_id], filter_string="dataset.name = 'arith'")
     assert len(found) == 2  # the runs table's dataset filter finds them
+
+
+def test_runs_left_running_by_a_stopped_grid_are_closed(tmp_path):
+    """A grid stopped while logging a cell leaves its run RUNNING; the driver marks such runs KILLED
+    (a signal) and leaves runs of other experiments and runs without a cell alone."""
+    tracker = Tracker.open("t", tmp_path)
+    client = tracker.client
+    cell = client.create_run(tracker.experiment_id, tags={CELL_TAG: "c1"}).info.run_id
+    done = client.create_run(tracker.experiment_id, tags={CELL_TAG: "c2"}).info.run_id
+    client.set_terminated(done, "FINISHED")
+    other = client.create_run(tracker.experiment_id).info.run_id  # not a cell's run (e.g. a report run)
+    tracker.end_unfinished("KILLED")
+    assert [client.get_run(r).info.status for r in (cell, done, other)] == ["KILLED", "FINISHED", "RUNNING"]
