@@ -84,7 +84,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
     _cell(ResultStore(tmp_path / "store", "a"), "a", "default", [0.0], [True], [48], "w1", rng)
     cases = [(["--store", str(tmp_path / "missing")], "no result store at"),
              (["--store", str(empty)], "holds no experiment with sample records"),
-             (["--store", str(tmp_path / "store"), "--out", str(file)], "is not a directory")]
+             (["--store", str(tmp_path / "store"), "--out", str(file)], "is a file, not a directory")]
     for args, text in cases:
         assert main(["leaderboard", *args]) == 2
         err = capsys.readouterr().err
