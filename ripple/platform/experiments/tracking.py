@@ -69,10 +69,13 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         uri = tracking_uri(store_dir, override_uri)
+        created = None  # a SQLite file this call creates: removed again if it cannot be set up
         if uri.startswith("sqlite:///"):
-            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            db = Path(uri.removeprefix("sqlite:///"))
+            db.parent.mkdir(parents=True, exist_ok=True)
+            created = None if db.exists() else db
         try:
-            client = MlflowClient(tracking_uri=uri)
+            client = MlflowClient(tracking_uri=uri)  # creates (migrates) a SQLite store: may hit a full disk
             exp = client.get_experiment_by_name(experiment)
             if exp is None:
                 exp_id = client.create_experiment(experiment, artifact_location=artifact_root(uri))
@@ -82,8 +85,23 @@ class Tracker:
                     client.restore_experiment(exp_id)
             # MLflow 3 opens an experiment on a GenAI overview unless it is marked as model development
             client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, MODEL_DEVELOPMENT)
-        except MlflowException as exc:
-            raise RippleError(f"MLflow tracking store {uri} is unusable ({exc.message.splitlines()[0]})") from None
+        except Exception as exc:  # MLflow's errors and its database layer's (SQLAlchemy, sqlite3, OSError)
+            import sqlite3
+
+            from sqlalchemy.exc import SQLAlchemyError
+
+            if created is not None:  # a half-migrated new database would refuse every later run
+                created.unlink(missing_ok=True)
+            full = disk_full(uri, exc)
+            if full is not None:
+                raise full from None
+            if isinstance(exc, MlflowException):
+                raise RippleError(f"MLflow tracking store {uri} is unusable ({exc.message.splitlines()[0]})") from None
+            if not isinstance(exc, (SQLAlchemyError, sqlite3.Error, OSError)):
+                raise
+            first = str(exc).splitlines()[0][:200]
+            raise RippleError(f"MLflow tracking store {uri} is unusable ({first}); move it aside, give another "
+                              f"--tracking-uri, or run with --no-tracking") from None
         return cls(client, exp_id, uri)
 
     def runs_by_cell(self) -> dict[str, str]:
@@ -103,7 +121,17 @@ class Tracker:
     def log_cells(self, summaries: list["CellSummary"], records: pl.DataFrame, spec_path: str = "",
                   data_dir: str | None = None) -> dict[str, str]:
         """Create or update one run per cell; returns cell id -> run id. `data_dir`: the grid's local
-        benchmark data, named as the dataset's source (else $RIPPLE_DATA_DIR, else the hub)."""
+        benchmark data, named as the dataset's source (else $RIPPLE_DATA_DIR, else the hub).
+        A full disk under the tracking store stops the caller with one line (`disk_full`)."""
+        try:
+            return self._log_cells(summaries, records, spec_path, data_dir)
+        except Exception as exc:
+            full = disk_full(self.uri, exc)
+            if full is None:
+                raise
+            raise full from None
+
+    def _log_cells(self, summaries, records: pl.DataFrame, spec_path: str, data_dir: str | None) -> dict[str, str]:
         from mlflow.entities import Metric, Param, RunTag
 
         existing = self.runs_by_cell()
@@ -164,8 +192,25 @@ class Tracker:
             for r in runs:
                 if CELL_TAG in r.data.tags:
                     self.client.set_terminated(r.info.run_id, status)
-        except MlflowException as exc:  # e.g. the disk that stopped the grid holds the database too
-            logging.getLogger(__name__).warning(f"MLflow runs of {self.uri} not marked {status} ({exc.message[:200]})")
+        except Exception as exc:  # e.g. the disk that stopped the grid holds the database too
+            if not isinstance(exc, MlflowException) and disk_full(self.uri, exc) is None:
+                raise
+            logging.getLogger(__name__).warning(f"MLflow runs of {self.uri} not marked {status} ({str(exc)[:200]})")
+
+
+def disk_full(uri: str, exc: BaseException) -> RippleError | None:
+    """The one-line error for a tracking store whose disk is full (SQLite says "database or disk is
+    full", the OS ENOSPC/EDQUOT), else None: decoded samples are in the result store already."""
+    import errno
+
+    cause = exc
+    while cause is not None:
+        if (isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)) or "disk is full" in str(cause):
+            return RippleError(f"MLflow tracking store {uri} is full (no space left on device); samples decoded so "
+                               f"far are kept in the result store; free space and re-run to resume "
+                               f"(or run with --no-tracking)")
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def task_dataset(task: str, split: str, sample_ids: list[str], data_dir: str | None = None):

@@ -133,6 +133,24 @@ def test_a_full_disk_stops_the_grid_in_one_line_and_a_rerun_after_freeing_space_
     _exactly_once(store, 16)
 
 
+def test_a_full_disk_under_the_mlflow_store_is_one_line_and_leaves_no_half_made_database(tmp_path, small_tmpfs):
+    """With tracking on, the SQLite store lives in the result store: a disk too small for it stops the
+    grid before any decoding with one line, and the half-migrated database is removed, so a re-run
+    after freeing space starts clean instead of failing on it."""
+    spec, store_dir = _spec(tmp_path, "tracked", 2, gen=16, block=16), small_tmpfs / "store"
+    proc = subprocess.run(grid_cmd(str(spec), "--store", str(store_dir), "--json"),
+                          capture_output=True, text=True, env=env(), timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0] == (f"ripple grid: error: MLflow tracking store sqlite:///{store_dir / 'mlflow.db'} is full "
+                        f"(no space left on device); samples decoded so far are kept in the result store; free "
+                        f"space and re-run to resume (or run with --no-tracking)")
+    assert not (store_dir / "mlflow.db").exists()
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_tmpfs)], check=True)
+    out = run_grid(str(spec), "--store", str(store_dir))
+    assert out["computed"] == 2 and (store_dir / "mlflow.db").exists()
+
+
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_sigint_and_sigterm_stop_a_grid_cleanly(tmp_path, signum, status):
     from mlflow.tracking import MlflowClient
