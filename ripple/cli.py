@@ -139,16 +139,6 @@ def writable_path(path: str | Path, flag: str, kind: str) -> None:
         _write_probe(parent.absolute(), flag, str(path) if kind == FILE else f"{path} (to be created)")
 
 
-def writable_dir(path: str | Path, flag: str) -> None:
-    """`writable_path` for a folder (the name callers used before path kinds)."""
-    writable_path(path, flag, DIR)
-
-
-def writable_file(path: str | Path, flag: str) -> None:
-    """`writable_path` for a file."""
-    writable_path(path, flag, FILE)
-
-
 def path_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """The output path options of `parser` itself (not of its subcommands)."""
     return [a for a in parser._actions if a.option_strings and a.metavar in (FILE, DIR)]

@@ -162,17 +162,23 @@ def _score_curves(rows: list[Row]) -> tuple[list[float | None], tuple[str, ...]]
     if not usable:
         return [None] * len(rows), ()
     y_max = max(r.accuracy for r in usable)
-    curves: dict[tuple, list[Row]] = {}
-    for r in usable:
-        curves.setdefault(r.curve, []).append(r)
     scores, dropped = {}, []
-    for key, members in curves.items():
+    for key, members in _curves(rows).items():
         score = aup([(r.tpf, r.accuracy) for r in members], y_max)
         scores[key] = score.aup
         for tpf, acc in score.dropped:
             r = next(m for m in members if (m.tpf, m.accuracy) == (tpf, acc))
             dropped.append(f"{_setting(r)} ({r.experiment}): TPF {tpf:.2f}, accuracy {acc:.1f}")
     return [scores[r.curve] if r.usable else None for r in rows], tuple(dropped)
+
+
+def _curves(rows) -> dict[tuple, list[Row]]:
+    """The usable rows by decoder curve (a curve's key is `Row.curve`), in row order."""
+    curves: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r.usable:
+            curves.setdefault(r.curve, []).append(r)
+    return curves
 
 
 def _setting(r: Row) -> str:
@@ -185,10 +191,7 @@ def plot_section(section: Section, path: Path) -> Path:
     front ringed."""
     fig = new_figure(7.2, 4.6)
     ax = fig.add_subplot(1, 1, 1)
-    curves: dict[tuple, list[Row]] = {}
-    for r in section.rows:
-        if r.usable:
-            curves.setdefault(r.curve, []).append(r)
+    curves = _curves(section.rows)
     decoders = list(dict.fromkeys(r.decoder for r in section.rows))  # a colour per decoder
     experiments = sorted({r.experiment for r in section.rows})  # a marker and line style per experiment
     for members in curves.values():

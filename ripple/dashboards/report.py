@@ -457,24 +457,25 @@ def build_report(store_dir: str | Path, experiment: str, out_dir: str | Path | N
     tracker = _open_tracker(experiment, store_dir, tracking_uri) if track else None
     runs = tracker.runs_by_cell() if tracker else {}
     cells = summarize_cells(records)
+    aside = ResultStore(store_dir, experiment).set_aside()  # damaged files, set aside while reading
 
     with staged_folder(out) as tmp:
-        blocks, tables, figures = _compose(experiment, Path(store_dir), records, cells, runs, tmp)
+        blocks, tables, figures = _compose(experiment, Path(store_dir), records, cells, runs, tmp, aside)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"Ripple report: {experiment}", tmp))
         cells.write_csv(tmp / "cells.csv")
     run_id = _log_report(tracker, out) if tracker else None
-    return Report(experiment, out, cells, tuple(tables), tuple(out / f.name for f in figures), run_id,
-                  ResultStore(store_dir, experiment).set_aside())
+    return Report(experiment, out, cells, tuple(tables), tuple(out / f.name for f in figures), run_id, aside)
 
 
 def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.DataFrame, runs: dict[str, str],
-             folder: Path) -> tuple[list[Block], list[Table], list[Path]]:
-    """The document (blocks), its tables and the PNGs written into `folder`."""
+             folder: Path, set_aside: tuple[int, int | None]) -> tuple[list[Block], list[Table], list[Path]]:
+    """The document (blocks), its tables and the PNGs written into `folder`; `set_aside`: the
+    store's quarantined (files, records)."""
     blocks: list[Block] = [("h1", f"Ripple report: {experiment}")]
     hardware = sorted(set(records["hardware"].drop_nulls().to_list()))
     errors = int(records["error"].is_not_null().sum())
-    aside = set_aside_text(ResultStore(store_dir, experiment).set_aside())
+    aside = set_aside_text(set_aside)
     aside = f" {aside[0].upper()}{aside[1:]}, not counted here." if aside else ""
     blocks.append(("p", f"Store `{store_dir.expanduser().resolve()}`: {records.height} samples in {cells.height} cells"
                         f" ({errors} with errors, excluded from the metrics).{aside} Hardware: "

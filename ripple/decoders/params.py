@@ -14,7 +14,7 @@ def hp(default, lo=None, hi=None, *, lo_open=False, hi_open=False, name=None, do
     """A hyperparameter field with its accepted range [lo, hi] (open ends when *_open).
 
     `new`: added after result stores existed; at its default it is left out of cell ids
-    (`HyperParams.id_dict`), so the cells of those stores keep their ids."""
+    (`HyperParams.id_neutral`), so the cells of those stores keep their ids."""
     meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "name": name, "doc": doc, "search": search,
             "new": new}
     return field(default=default, metadata=meta)

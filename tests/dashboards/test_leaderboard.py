@@ -21,7 +21,7 @@ from ripple.platform.experiments.metrics import aup, cell_metrics
 from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.tracking import tracking_uri
 from tests.dashboards import test_report as rep  # its SampleRecord maker
-from tests.dashboards.cdp import CHROMIUM, Browser
+from tests.dashboards.cdp import Browser
 from tests.platform.gridtools import env
 
 COLUMNS = ["model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
@@ -162,7 +162,7 @@ def test_demo_runs_carry_their_task_as_an_mlflow_dataset_input(real):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (CI installs Debian's package)")
+@pytest.mark.usefixtures("chromium")
 def test_the_page_in_headless_chromium_sorts_by_a_clicked_header_without_console_errors(real, tmp_path):
     _, out, grids, _ = real
     for name in ("leaderboard.html", "leaderboard.md", "leaderboard.csv"):

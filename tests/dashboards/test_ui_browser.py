@@ -13,7 +13,7 @@ import pytest
 from ripple.platform.experiments.tracking import ui_url
 from tests.dashboards.cdp import CHROMIUM, FLAGS
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (CI installs Debian's package)")
+pytestmark = pytest.mark.usefixtures("chromium")  # a missing browser fails the test, saying how to install it
 
 
 def _free_port() -> int:

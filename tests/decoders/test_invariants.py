@@ -238,8 +238,9 @@ class Counted:
 
     def __init__(self, model):
         self.model, self.calls = model, 0
-        self.shift, self.opening_commit = model.shift, model.opening_commit
-        self.block_causal, self.stops_at_eos = model.block_causal, model.stops_at_eos
+
+    def __getattr__(self, name):  # every family property (shift, block_causal, ...) is the model's
+        return getattr(self.model, name)
 
     def __call__(self, *args, **kwargs):
         self.calls += 1

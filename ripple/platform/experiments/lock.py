@@ -69,9 +69,7 @@ def _read(path: Path) -> Holder | None:
         data = json.loads(path.read_bytes())
         return Holder(str(data["host"]), int(data["pid"]), float(data["started"]), str(data["token"]),
                       float(data["heartbeat"]))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # gone, or not (yet) a whole record
         return None
 
 

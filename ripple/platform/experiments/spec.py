@@ -217,11 +217,12 @@ class UniqueKeyLoader(yaml.SafeLoader):
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):  # an unhashable key: YAML itself refuses it
+                    continue
                 line = key_node.start_mark.line + 1
-                if isinstance(key, (str, int, float, bool)) and key in seen:
+                if key in seen:
                     raise DuplicateKey(f"key {key!r} given twice (line {line}; first at line {seen[key]})")
-                if isinstance(key, (str, int, float, bool)):
-                    seen[key] = line
+                seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 

@@ -41,7 +41,8 @@ class StoreFull(RippleError):
     """The store's disk is full: the driver stops with this line and a re-run resumes."""
 
 
-def _no_space(exc: BaseException) -> bool:
+def no_space(exc: BaseException) -> bool:
+    """Whether `exc` is the OS saying the disk (or the user's quota) is full."""
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -189,7 +190,7 @@ class ResultStore:
             os.replace(tmp, final)  # atomic on POSIX: a reader sees the whole file or none of it
         except BaseException as exc:
             tmp.unlink(missing_ok=True)
-            if _no_space(exc):
+            if no_space(exc):
                 raise StoreFull(f"result store {self.root} is full (no space left on device); "
                                 f"{len(self.done_keys())} samples of experiment {self.experiment!r} are stored; "
                                 f"free space and re-run to resume") from None

@@ -16,12 +16,14 @@ import hashlib
 import logging
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import polars as pl
 
 from ...errors import RippleError
+from .store import no_space
 
 if TYPE_CHECKING:
     from .metrics import CellSummary
@@ -123,13 +125,8 @@ class Tracker:
         """Create or update one run per cell; returns cell id -> run id. `data_dir`: the grid's local
         benchmark data, named as the dataset's source (else $RIPPLE_DATA_DIR, else the hub).
         A full disk under the tracking store stops the caller with one line (`disk_full`)."""
-        try:
+        with _one_line_when_full(self.uri):
             return self._log_cells(summaries, records, spec_path, data_dir)
-        except Exception as exc:
-            full = disk_full(self.uri, exc)
-            if full is None:
-                raise
-            raise full from None
 
     def _log_cells(self, summaries, records: pl.DataFrame, spec_path: str, data_dir: str | None) -> dict[str, str]:
         from mlflow.entities import Metric, Param, RunTag
@@ -200,17 +197,28 @@ class Tracker:
 
 def disk_full(uri: str, exc: BaseException) -> RippleError | None:
     """The one-line error for a tracking store whose disk is full (SQLite says "database or disk is
-    full", the OS ENOSPC/EDQUOT), else None: decoded samples are in the result store already."""
-    import errno
-
+    full", the OS ENOSPC/EDQUOT, anywhere in the exception's chain), else None: decoded samples are
+    in the result store already."""
     cause = exc
     while cause is not None:
-        if (isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)) or "disk is full" in str(cause):
+        if no_space(cause) or "disk is full" in str(cause):
             return RippleError(f"MLflow tracking store {uri} is full (no space left on device); samples decoded so "
                                f"far are kept in the result store; free space and re-run to resume "
                                f"(or run with --no-tracking)")
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+@contextmanager
+def _one_line_when_full(uri: str) -> Iterator[None]:
+    """Turn a full disk under the tracking store into `disk_full`'s line; other errors pass."""
+    try:
+        yield
+    except Exception as exc:
+        full = disk_full(uri, exc)
+        if full is None:
+            raise
+        raise full from None
 
 
 def task_dataset(task: str, split: str, sample_ids: list[str], data_dir: str | None = None):

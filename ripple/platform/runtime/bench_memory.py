@@ -21,11 +21,10 @@ from .loading import read_config, weight_bytes, weight_files
 
 def load_memory(path: str, gen_length: int = 32, block_length: int = 32) -> dict:
     ckpt = Path(path)
-    cfg = read_config(ckpt)
+    read_config(ckpt)  # a folder without a valid config.json is one line before anything runs
     files = weight_files(ckpt)
     weights = weight_bytes(files, torch.bfloat16)
-    vocab = int(cfg.get("vocab_size") or cfg.get("embedding_size"))
-    ids = ",".join(str(i) for i in range(100, 100 + 16 if vocab > 116 else 2))
+    ids = ",".join(str(i) for i in range(1, 17))  # a 16-token prompt (a mask id among them is refused in one line)
     argv = [sys.executable, "-m", "ripple.cli", "generate", "--model", str(ckpt), "--input-ids", ids,
             "--decoder", "confidence", "--gen-length", str(gen_length), "--block-length", str(block_length),
             "--dtype", "bfloat16", "--device", "cpu", "--json"]

@@ -84,8 +84,9 @@ class Recorder:
 
     def __init__(self, model):
         self.model, self.seen = model, []
-        self.shift, self.opening_commit = model.shift, model.opening_commit
-        self.block_causal, self.stops_at_eos = model.block_causal, model.stops_at_eos
+
+    def __getattr__(self, name):  # every family property (shift, block_causal, ...) is the model's
+        return getattr(self.model, name)
 
     def __call__(self, tokens, positions, attn_mask=None, kv=None, window=None, **kw):
         self.seen.append((int(positions.max()) + 1, window, tokens.shape[1]))

@@ -18,6 +18,8 @@ the MLP work. `per_expert_loop` is the reference's strategy, kept as the benchma
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -72,6 +74,7 @@ class SharedExpert(nn.Module):
         return _swiglu(x, self.gate, self.up, self.down)
 
 
+@lru_cache(maxsize=None)  # asked once per device and dtype, not in every layer's forward
 def _grouped_mm_works(device: torch.device, dtype: torch.dtype) -> bool:
     if not hasattr(F, "grouped_mm"):
         return False
@@ -118,14 +121,15 @@ class MoE(nn.Module):
             w = w / (w.sum(-1, keepdim=True) + 1e-20)
         return idx, w * cfg.routed_scaling
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, experts: "ExpertFn | None" = None) -> torch.Tensor:
+        """[..., d] -> [..., d]. `experts` computes each token's k expert outputs [T, k, d] from
+        (x [T, d], idx [T, k]); by default the grouped GEMM (or the every-expert fallback)."""
         shape = h.shape
         x = h.reshape(-1, shape[-1])  # [T, d]
         idx, w = self.route(x)
-        if _grouped_mm_works(x.device, x.dtype):
-            y = self._grouped(x, idx)  # [T, k, d]
-        else:
-            y = self._every_expert(x, idx)
+        if experts is None:
+            experts = MoE._grouped if _grouped_mm_works(x.device, x.dtype) else MoE._every_expert
+        y = experts(self, x, idx)  # [T, k, d]
         out = (y.float() * w[..., None]).sum(1).to(x.dtype)  # [T, d]
         if self.shared is not None:
             out = out + self.shared(x)
@@ -154,12 +158,12 @@ class MoE(nn.Module):
         return ys[idx, t]  # [T, k, d]
 
 
-def per_expert_loop(moe: MoE, h: torch.Tensor) -> torch.Tensor:
-    """The reference's inference loop on the same weights: token counts read on the host, one
-    matmul chain per expert that has tokens. The benchmark baseline; not used for decoding."""
-    shape = h.shape
-    x = h.reshape(-1, shape[-1])
-    idx, w = moe.route(x)
+ExpertFn = Callable[[MoE, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _loop_experts(moe: MoE, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Each token's k expert outputs [T, k, d] the reference's way: token counts read on the host,
+    one matmul chain per expert that has tokens."""
     T, k = idx.shape
     I = moe.cfg.hidden
     order = idx.reshape(-1).argsort()
@@ -174,7 +178,10 @@ def per_expert_loop(moe: MoE, h: torch.Tensor) -> torch.Tensor:
     ys = torch.cat(outs)
     y = torch.empty_like(ys)
     y[order] = ys
-    out = (y.view(T, k, -1).float() * w[..., None]).sum(1).to(x.dtype)
-    if moe.shared is not None:
-        out = out + moe.shared(x)
-    return out.view(shape)
+    return y.view(T, k, -1)
+
+
+def per_expert_loop(moe: MoE, h: torch.Tensor) -> torch.Tensor:
+    """`moe`'s forward with the reference's per-expert loop (same routing and combination): the
+    benchmark baseline; not used for decoding."""
+    return moe(h, experts=_loop_experts)
