@@ -54,7 +54,8 @@ _EPILOG = {
   ripple ui --store ~/ripple-results --port 5001""",
     "train-tiny": """examples:
   ripple train-tiny --out runs/ripple-tiny            # the shipped model's recipe (resumes if interrupted)
-  ripple train-tiny --out /tmp/micro --preset micro --steps 20""",
+  ripple train-tiny --out /tmp/micro --preset micro --steps 20
+  ripple train-tiny --family llada2 --out runs/ripple-tiny-bd --threads 1   # ripple-tiny-bd's recipe""",
     "generate": """examples:
   ripple generate --model ../shared/golden/llada-tiny --input-ids 5,6,7 --decoder confidence --set tau=0.9 \\
       --gen-length 32 --block-length 8 --cache prefix --json
@@ -315,10 +316,18 @@ def cmd_tasks_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_train_tiny(args: argparse.Namespace) -> int:
-    from .platform.training.train import PRESETS, train
+    from .platform.training.train import FAMILY_PRESETS, PRESETS, train
 
+    family = {"llada2": "llada2_moe"}.get(args.family, args.family)
+    if family is not None and family not in FAMILY_PRESETS:
+        raise RippleError(f"unknown family {args.family!r}; accepted: llada, llada2 (= llada2_moe)")
+    if args.preset is None:
+        args.preset = FAMILY_PRESETS[family or "llada"]
     if args.preset not in PRESETS:
         raise RippleError(f"unknown preset {args.preset!r}; accepted: {', '.join(PRESETS)}")
+    if family is not None and PRESETS[args.preset]("-").family != family:
+        accepted = [name for name in PRESETS if PRESETS[name]("-").family == family]
+        raise RippleError(f"preset {args.preset!r} is not of family {args.family!r}; accepted: {', '.join(accepted)}")
     overrides = {k: v for k, v in {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
                                    "seed": args.seed}.items() if v is not None}
     for key, value in overrides.items():
@@ -470,14 +479,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
 
-    t = sub.add_parser("train-tiny", help="train the embedded ripple-tiny model on CPU", epilog=_EPILOG["train-tiny"],
+    t = sub.add_parser("train-tiny", help="train an embedded model (ripple-tiny, ripple-tiny-bd) on CPU", epilog=_EPILOG["train-tiny"],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--out", required=True, metavar=DIR, help="output directory (Hugging Face format; resumable)")
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--batch-size", type=int, default=None)
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--preset", default="tiny", help="model size preset: tiny (the shipped model) or micro (tests)")
+    t.add_argument("--family", default=None, help="llada (ripple-tiny, the default) or llada2 (ripple-tiny-bd: "
+                   "block diffusion, MoE, mask and edit objectives)")
+    t.add_argument("--preset", default=None, help="recipe: tiny / tiny-bd (the shipped models; the default of each "
+                   "family) or micro / micro-bd (tests)")
     t.add_argument("--mix", default=None, metavar="A,B,C", help="examples of arith,pyfunc,freefunc per cycle of the "
                    "data stream")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")

@@ -125,6 +125,18 @@ def padding_mask(pad: torch.Tensor) -> torch.Tensor:
     return (~pad)[:, None, None, :] | pad[:, None, :, None]
 
 
+def block_causal_visibility(pad: torch.Tensor, positions: torch.Tensor, block: int, q0: int = 0,
+                            q1: int | None = None) -> torch.Tensor:
+    """[B, N] left-padding flags and position ids -> [B, 1, q1 - q0, N] visibility of queries
+    [q0, q1): a query sees the keys of its own and earlier blocks by position id (j // block <=
+    i // block), never a pad; pad rows see all (no all -inf row). Block-diffusion training uses the
+    same mask (ripple/platform/training/block_diffusion.py)."""
+    q1 = pad.shape[1] if q1 is None else q1
+    kb = positions // block  # [B, N]
+    vis = (~pad)[:, None, :] & (kb[:, None, :] <= kb[:, q0:q1, None])  # [B, Q, N]
+    return (vis | pad[:, q0:q1, None])[:, None]
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work, so a clock read after it sees the work done."""
     if device.type == "cuda":
@@ -233,13 +245,11 @@ class Engine:
         dev = pad.device
         key_ok = ~pad  # [B, N]
         if block is None:
-            base = key_ok[:, None, :].expand(B, Tw, N)  # [B, Tw, N]
+            base = key_ok[:, None, :].expand(B, Tw, N) | pad[:, w0:w1, None]  # [B, Tw, N]; pad rows see all
             ctx_ok = key_ok  # keys a query of the block sees
-        else:  # block-causal: a query sees keys of its own and earlier blocks, by position id
-            kb = positions // block  # [B, N]
-            base = key_ok[:, None, :] & (kb[:, None, :] <= kb[:, w0:w1, None])
-            ctx_ok = key_ok & (kb <= kb[:, lo:lo + 1]) if E else key_ok
-        base = base | pad[:, w0:w1, None]  # pad rows see all: no all -inf row
+        else:
+            base = block_causal_visibility(pad, positions, block, w0, w1)[:, 0]  # [B, Tw, N]
+            ctx_ok = key_ok & (positions // block <= positions[:, lo:lo + 1] // block) if E else key_ok
         if not E:
             return base[:, None]
         no = lambda rows, cols: torch.zeros(B, rows, cols, dtype=torch.bool, device=dev)  # noqa: E731

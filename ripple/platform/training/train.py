@@ -1,8 +1,10 @@
-"""`ripple train-tiny`: train the embedded default model on CPU with LLaDA's SFT objective.
+"""`ripple train-tiny`: train the embedded models on CPU.
 
-For each example the prompt stays visible and the response, padded with EOS to a fixed
-length as LLaDA does, is masked at a per-sample ratio t ~ U(eps, 1); the loss is the
-cross-entropy on masked positions weighted by 1/t, averaged over response positions.
+`llada` family (ripple-tiny, LLaDA's SFT objective): the prompt stays visible and the
+response, padded with EOS to a fixed length as LLaDA does, is masked at a per-sample ratio
+t ~ U(eps, 1); the loss is the cross-entropy on masked positions weighted by 1/t, averaged
+over response positions. `llada2_moe` family (ripple-tiny-bd): block diffusion with LLaDA2.1's
+mask and edit objectives (training/block_diffusion.py).
 Data are streamed deterministically from the synthetic tasks' train splits by step, so a
 resumed run sees exactly the batches an uninterrupted one would.
 """
@@ -22,10 +24,12 @@ import torch.nn.functional as F
 
 from ...errors import RippleError
 from ..runtime.engine import padding_mask
-from ..runtime.models import DiffusionTransformer, TransformerConfig
-from ..runtime.models.llada import checkpoint_config, checkpoint_key
+from ..runtime.models import DiffusionTransformer, TransformerConfig, get_family
+from ..runtime.models import llada, llada2
+from ..runtime.models.moe import MoEConfig
 
 EPS = 1e-3
+FAMILIES = ("llada", "llada2_moe")  # what train-tiny can train: ripple-tiny's family and ripple-tiny-bd's
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,24 @@ class TrainConfig:
     checkpoint_every: int = 200
     snapshot_every: int = 2000  # log these checkpoints' weight sha256 to training/snapshots.jsonl
     log_every: int = 10
+    family: str = "llada"  # "llada2_moe": block diffusion with MoE (training/block_diffusion.py)
+    # llada2_moe only:
+    block_length: int = 16
+    n_kv_heads: int = 0  # 0: as n_heads
+    experts: int = 8
+    experts_per_token: int = 2
+    expert_groups: int = 4
+    topk_groups: int = 2
+    expert_hidden: int = 64
+    shared_experts: int = 1
+    dense_layers: int = 1
+    routed_scaling: float = 2.5
+    edit_share: float = 0.0  # T2T: up to this share of the current block's visible tokens randomised
+    bias_rate: float = 1e-3  # expert-bias balancing step
 
     def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise RippleError(f"unknown family {self.family!r}; accepted: {', '.join(FAMILIES)}")
         if len(self.mix) != len(self.tasks) or min(self.mix) < 1:
             raise RippleError(f"mix {','.join(map(str, self.mix))} needs one positive count for each of the tasks "
                               f"{', '.join(self.tasks)}")
@@ -117,25 +137,52 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 
 
 def model_config(cfg: TrainConfig, vocab: int) -> TransformerConfig:
+    if cfg.family == "llada":
+        return TransformerConfig(vocab_size=vocab, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                                 n_kv_heads=cfg.n_heads, mlp_hidden=cfg.mlp_hidden, rope_theta=10000.0, norm_eps=1e-5)
+    # LLaDA2.0-mini's layout in miniature: fused q/k/v with grouped KV heads, qk-norm, RoPE on half
+    # of each head, a dense first layer, group-limited sigmoid-routed experts plus a shared expert
+    head = cfg.d_model // cfg.n_heads
+    moe = MoEConfig(n_experts=cfg.experts, top_k=cfg.experts_per_token, n_group=cfg.expert_groups,
+                    topk_group=cfg.topk_groups, hidden=cfg.expert_hidden, n_shared=cfg.shared_experts,
+                    routed_scaling=cfg.routed_scaling)
+    problems = moe.problems()
+    if problems:
+        raise RippleError(f"MoE settings cannot work: {'; '.join(problems)}")
     return TransformerConfig(vocab_size=vocab, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                             n_kv_heads=cfg.n_heads, mlp_hidden=cfg.mlp_hidden, rope_theta=10000.0, norm_eps=1e-5)
+                             n_kv_heads=cfg.n_kv_heads or cfg.n_heads, mlp_hidden=cfg.mlp_hidden, rope_theta=10000.0,
+                             norm_eps=1e-6, rope_full_precision=False, head_size=head, rotary_dims=head // 2,
+                             fused_qkv=True, qk_norm=True, moe=moe, dense_layers=cfg.dense_layers)
+
+
+def _family_module(model: DiffusionTransformer):
+    return llada2 if model.cfg.moe is not None else llada
 
 
 def checkpoint_bytes(model: torch.nn.Module) -> bytes:
-    """The weights as `model.safetensors` holds them: LLaDA's key names, float32."""
+    """The weights as `model.safetensors` holds them: the family's key names, float32."""
     from safetensors.torch import save
 
-    tensors = {checkpoint_key(k): v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    if model.cfg.moe is not None:
+        tensors = {k: v.contiguous() for k, v in llada2.checkpoint_tensors(state).items()}
+    else:
+        tensors = {llada.checkpoint_key(k): v for k, v in state.items()}
     return save(tensors, metadata={"format": "pt"})
 
 
 def export(model: DiffusionTransformer, out: Path, tokenizer, ids: dict, max_positions: int) -> None:
-    """Write a Hugging Face format directory in LLaDA's own format."""
+    """Write a Hugging Face format directory in the family's own format."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "model.safetensors").write_bytes(checkpoint_bytes(model))
-    cfg = checkpoint_config(model.cfg, max_positions=max_positions, **ids)
+    cfg = _family_module(model).checkpoint_config(model.cfg, max_positions=max_positions, **ids)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     tokenizer.save_pretrained(str(out))
+
+
+def build_model(cfg: TrainConfig, vocab: int) -> DiffusionTransformer:
+    """The family's module (so a llada2_moe model carries block_causal, as the loader builds it)."""
+    return get_family(cfg.family).build(model_config(cfg, vocab))
 
 
 def weights_sha256(model: torch.nn.Module) -> str:
@@ -167,9 +214,13 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
     ids = {"mask_id": tokenizer.mask_token_id, "eos_id": tokenizer.eos_token_id, "pad_id": tokenizer.pad_token_id}
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    model = DiffusionTransformer(model_config(cfg, len(tokenizer)))
+    model = build_model(cfg, len(tokenizer))
     _init(model, cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    # the expert bias is set by balancing, never by gradients (it only selects experts)
+    trained = [p for n, p in model.named_parameters() if not n.endswith("expert_bias")]
+    for n, p in model.named_parameters():
+        p.requires_grad_(not n.endswith("expert_bias"))
+    opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     start, elapsed, curve = 0, 0.0, []
     if resume and state_file.exists():
         state = torch.load(state_file, weights_only=False)
@@ -180,6 +231,12 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
         start, elapsed, curve = state["step"], state["elapsed"], state["curve"]
         log(f"resuming at step {start} of {cfg.steps}")
     batcher = Batcher(cfg, tokenizer, **ids)
+    step_loss = _llada_loss
+    if cfg.family == "llada2_moe":
+        from .block_diffusion import BlockBatcher
+
+        batcher = BlockBatcher(batcher.pair, cfg, vocab=len(tokenizer), special_ids=tokenizer.all_special_ids, **ids)
+        step_loss = _block_loss
     model.train()
     bar = progress_bar(total=cfg.steps, initial=start, disable=not progress, desc="train-tiny", unit="step")
     t0 = time.perf_counter() - elapsed
@@ -198,17 +255,17 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
     end = cfg.steps if stop_at is None else min(cfg.steps, stop_at)
     for step in range(start, end):
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        tokens, positions, attn, target, masked, p_mask, P = batcher.batch(step, gen)
-        R = cfg.response_length
-        logits = model(tokens, positions, attn_mask=attn, logits_rows=torch.arange(P, P + R)).logits  # [B, R, V]
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), reduction="none")
-        loss = (ce.view_as(target) * masked / p_mask).sum() / (target.numel())
+        loss = step_loss(model, batcher, step, gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
+        if cfg.family == "llada2_moe":
+            from .block_diffusion import balance_experts
+
+            balance_experts(model, batcher.last_valid, cfg.bias_rate)
         window.append(loss.item())
         bar.update(1)
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
@@ -234,6 +291,24 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
     return summary
 
 
+def _llada_loss(model, batcher: Batcher, step: int, gen: torch.Generator) -> torch.Tensor:
+    tokens, positions, attn, target, masked, p_mask, P = batcher.batch(step, gen)
+    R = batcher.cfg.response_length
+    logits = model(tokens, positions, attn_mask=attn, logits_rows=torch.arange(P, P + R)).logits  # [B, R, V]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), reduction="none")
+    return (ce.view_as(target) * masked / p_mask).sum() / (target.numel())
+
+
+def _block_loss(model, batcher, step: int, gen: torch.Generator) -> torch.Tensor:
+    from .block_diffusion import block_loss
+
+    tokens, positions, attn, pad, target, masked, perturbed, p_mask, resp = batcher.batch(step, gen)
+    T, B = tokens.shape[1], batcher.cfg.block_length
+    batcher.last_valid = ~pad  # the tokens whose routing the expert balancing counts
+    logits = model(tokens, positions, attn_mask=attn, logits_rows=torch.arange(T - B, T)).logits  # [Bsz, B, V]
+    return block_loss(logits, target, masked, perturbed, p_mask, resp)
+
+
 def write_learning_curve(curve: list[dict], out: Path) -> None:
     """learning_curve.json (step, loss, seconds) and learning_curve.png beside the checkpoint."""
     import matplotlib
@@ -246,11 +321,11 @@ def write_learning_curve(curve: list[dict], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
     ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], lw=1)
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss (1/t-weighted CE)")
+    ax.set_ylabel("training loss (1/t-weighted CE)" if out.name != "ripple-tiny-bd" else "training loss (M2T + T2T)")
     ax.set_yscale("log")
     ax.grid(alpha=0.3, which="both")
     if curve:
-        ax.set_title(f"ripple-tiny: {curve[-1]['step']} steps, {curve[-1]['seconds'] / 60:.0f} min, "
+        ax.set_title(f"{out.name}: {curve[-1]['step']} steps, {curve[-1]['seconds'] / 60:.0f} min, "
                      f"final loss {curve[-1]['loss']:.3f}", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "learning_curve.png")
@@ -261,9 +336,9 @@ def _init(model: DiffusionTransformer, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     std = 0.02
     for name, p in model.named_parameters():
-        if p.dim() == 2:
+        if p.dim() >= 2:  # matrices, and the MoE's stacked expert matrices
             p.data.normal_(0.0, std, generator=g)
-            if name.endswith(("attn.o.weight", "down.weight")):  # residual projections scaled by depth
+            if name.endswith(("attn.o.weight", "down.weight", "moe.w_down")):  # residual projections scaled by depth
                 p.data.mul_(1 / math.sqrt(2 * model.cfg.n_layers))
         elif name.endswith("bias"):
             p.data.zero_()
@@ -285,4 +360,20 @@ def _micro(out: str, **kw) -> TrainConfig:
     return TrainConfig(out=out, **base)
 
 
-PRESETS = {"tiny": _tiny, "micro": _micro}
+def _tiny_bd(out: str, **kw) -> TrainConfig:
+    """ripple-tiny-bd's recipe (its model card): LLaDA2's layout in miniature, block 16."""
+    base = dict(family="llada2_moe", steps=18000, lr=3e-3, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2,
+                mlp_hidden=352, experts=8, experts_per_token=2, expert_groups=4, topk_groups=2, expert_hidden=64,
+                shared_experts=1, dense_layers=1, block_length=16, edit_share=0.25, mix=(7, 1, 4))
+    base.update(kw)
+    return TrainConfig(out=out, **base)
+
+
+def _micro_bd(out: str, **kw) -> TrainConfig:
+    """`micro` for the llada2_moe family (tests)."""
+    return _micro(out, **{**dict(family="llada2_moe", n_kv_heads=1, experts=4, experts_per_token=2, expert_groups=2,
+                                 topk_groups=1, expert_hidden=32, block_length=16, edit_share=0.25), **kw})
+
+
+PRESETS = {"tiny": _tiny, "micro": _micro, "tiny-bd": _tiny_bd, "micro-bd": _micro_bd}
+FAMILY_PRESETS = {"llada": "tiny", "llada2_moe": "tiny-bd"}  # `--family` alone picks the shipped recipe

@@ -102,3 +102,56 @@ LLADA2 = register_family(Family(
     block_causal=True,
     stops_at_eos=True,
 ))
+
+
+_INVERSE_ATTN = {v: k for k, v in _ATTN.items()}
+_INVERSE_TOP = {v: k for k, v in _TOP.items()}
+_LAYER = re.compile(r"^layers\.(\d+)\.(.+)\.(weight|bias)$")
+
+
+def checkpoint_tensors(state: dict) -> dict:
+    """Our state dict -> tensors under LLaDA2's checkpoint keys (inverse of `_rename`): stacked
+    experts split back into one gate/up/down weight per expert, the expert bias as the gate's buffer."""
+    out = {}
+    for ours, t in state.items():
+        if ours in _INVERSE_TOP:
+            out[_INVERSE_TOP[ours]] = t
+            continue
+        m = re.match(r"^layers\.(\d+)\.moe\.(w_gate_up|w_down|expert_bias)$", ours)
+        if m:
+            layer, kind = m.groups()
+            pre = f"model.layers.{layer}.mlp."
+            if kind == "expert_bias":
+                out[pre + "gate.expert_bias"] = t
+            for e in range(t.shape[0] if kind != "expert_bias" else 0):
+                if kind == "w_down":
+                    out[f"{pre}experts.{e}.down_proj.weight"] = t[e]
+                else:  # [E, 2, I, d]: gate rows, then up rows
+                    out[f"{pre}experts.{e}.gate_proj.weight"] = t[e, 0]
+                    out[f"{pre}experts.{e}.up_proj.weight"] = t[e, 1]
+            continue
+        m = _LAYER.match(ours)
+        if not m:
+            raise KeyError(ours)
+        layer, name, kind = m.groups()
+        out[f"model.layers.{layer}.{_INVERSE_ATTN[name]}.{kind}"] = t
+    return out
+
+
+def checkpoint_config(cfg: TransformerConfig, *, mask_id: int, eos_id: int, pad_id: int, max_positions: int) -> dict:
+    """A config.json in LLaDA2's own key set (inclusionAI/LLaDA2.0-mini's keys), so a checkpoint we
+    write loads like the released ones."""
+    moe = cfg.moe
+    return {
+        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "intermediate_size": cfg.mlp_hidden,
+        "moe_intermediate_size": moe.hidden, "num_experts": moe.n_experts, "num_experts_per_tok": moe.top_k,
+        "n_group": moe.n_group, "topk_group": moe.topk_group, "num_shared_experts": moe.n_shared,
+        "first_k_dense_replace": cfg.dense_layers, "routed_scaling_factor": moe.routed_scaling,
+        "score_function": "sigmoid", "moe_router_enable_expert_bias": True, "vocab_size": cfg.vocab_size,
+        "rope_theta": cfg.rope_theta, "partial_rotary_factor": cfg.rotary_dim / cfg.head_dim,
+        "rms_norm_eps": cfg.norm_eps, "use_qk_norm": cfg.qk_norm, "use_qkv_bias": cfg.qkv_bias,
+        "use_bias": cfg.out_bias, "tie_word_embeddings": False, "max_position_embeddings": max_positions,
+        "mask_token_id": mask_id, "eos_token_id": eos_id, "pad_token_id": pad_id, "torch_dtype": "float32",
+    }

@@ -127,7 +127,11 @@ class MoE(nn.Module):
         shape = h.shape
         x = h.reshape(-1, shape[-1])  # [T, d]
         idx, w = self.route(x)
-        if experts is None:
+        if self.training:  # the trainer's expert-bias balancing reads the routing (training/block_diffusion.py)
+            self.last_idx = idx.detach()
+        if experts is None and self.training and torch.is_grad_enabled():
+            experts = _loop_experts  # training: grouped_mm has no CPU backward (torch 2.13)
+        elif experts is None:
             experts = MoE._grouped if _grouped_mm_works(x.device, x.dtype) else MoE._every_expert
         y = experts(self, x, idx)  # [T, k, d]
         out = (y.float() * w[..., None]).sum(1).to(x.dtype)  # [T, d]
