@@ -362,7 +362,7 @@ def _micro(out: str, **kw) -> TrainConfig:
 
 def _tiny_bd(out: str, **kw) -> TrainConfig:
     """ripple-tiny-bd's recipe (its model card): LLaDA2's layout in miniature, block 16."""
-    base = dict(family="llada2_moe", steps=18000, lr=3e-3, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2,
+    base = dict(family="llada2_moe", steps=15000, lr=3e-3, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2,
                 mlp_hidden=352, experts=8, experts_per_token=2, expert_groups=4, topk_groups=2, expert_hidden=64,
                 shared_experts=1, dense_layers=1, block_length=16, edit_share=0.25, mix=(7, 1, 4))
     base.update(kw)
