@@ -230,13 +230,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "prompt_tokens": len(ids), "tokens": list(out.tokens), "text": text, "nfe": out.nfe,
         "lookahead_nfe": out.lookahead_nfe, "decode_seconds": out.decode_seconds,
         "generated_tokens": out.generated_tokens, "tps": out.tps, "canvas_tps": out.canvas_tps,
+        "edits": out.edits,
     }
     if args.json:
         print(json.dumps(record))
     else:
         print(text if text is not None else " ".join(map(str, out.tokens)))
         print(f"-- nfe {out.nfe} | generated {out.generated_tokens} tokens in {out.decode_seconds:.3f}s | "
-              f"TPS {out.tps:.1f} (canvas TPS {out.canvas_tps:.1f})", file=sys.stderr)
+              f"TPS {out.tps:.1f} (canvas TPS {out.canvas_tps:.1f})" + (f" | {out.edits} edits" if out.edits else ""),
+              file=sys.stderr)
     return 0
 
 

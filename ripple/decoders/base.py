@@ -12,6 +12,13 @@ logits to the next step as `BlockState.shadow`. A decoder that declares
 also gets the next block's distributions from every forward as `BlockState.beyond`; the
 others' forwards compute the block's rows only.
 
+A decoder that declares `edits_tokens` (token editing, LLaDA2.1's Token-to-Token rule) may
+also rewrite positions of the current block that earlier steps wrote (`Plan.edit`; never the
+prompt, a position fixed at the opening, another block or the mask id): the engine writes a
+step's commits and edits together and, once the block holds no mask, keeps running "post"
+forwards while the decoder's post steps edit, at most `max_post_forwards` of them per block.
+Decoders that do not declare it are never asked a post step.
+
 For shifted-logit families (Dream) the engine commits the block's first position at the
 block opening (ripple/platform/runtime/engine.py); such positions are marked in `BlockState.fixed`
 and are never remasked.
@@ -44,6 +51,9 @@ class Commit:
 @dataclass(frozen=True)
 class Plan:
     commit: Commit = field(default_factory=Commit)
+    # block positions already decoded to rewrite, and their new tokens (decoders that declare
+    # `edits_tokens`); written together with `commit`, judged on the step's distributions
+    edit: Commit = field(default_factory=Commit)
     remask: torch.Tensor = _EMPTY  # block-relative positions to set back to the mask id
     variants: torch.Tensor | None = None  # [m, L] block contents to evaluate by packed lookahead
     # also evaluate the shadow in the forward that follows this step: an all-mask copy of the
@@ -142,15 +152,29 @@ class Scheduler(ABC):
     uses_shadow: ClassVar[bool] = False  # plans may set `shadow` (leave-one-out verification)
     # every forward also computes the next block's rows (`BlockState.beyond`); costs nothing when False
     needs_rows_beyond_block: ClassVar[bool] = False
+    # plans may carry `edit` (token editing) and the block may run post forwards (`max_post_forwards`)
+    edits_tokens: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
 
     def __init__(self, params: HyperParams | None = None):
         self.params = params if params is not None else self.Params()
 
+    @property
+    def may_edit(self) -> bool:
+        """Whether this configuration can rewrite a token (then no token is final before its block
+        ends, and the engine never ends a row mid-block at an end-of-sequence token)."""
+        return False
+
+    @property
+    def max_post_forwards(self) -> int:
+        """Post forwards a block may run after its last mask is filled (token editing)."""
+        return 0
+
     @abstractmethod
     def step(self, state: BlockState) -> Plan:
-        """Decide this step's commits from `state.logits` (at least one while masks remain)."""
+        """Decide this step's commits from `state.logits` (at least one while masks remain; for an
+        editing decoder, also called on a full block, where it may only edit)."""
 
     def resolve(self, state: BlockState, plan: Plan, look: Lookahead) -> Resolution:
         raise RuntimeError(f"decoder {self.name!r} planned a lookahead but does not resolve one")
@@ -161,12 +185,17 @@ def greedy(state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
 
     Returns tokens [L] and confidence [L] (float64, -inf where already decoded).
     """
+    tokens, conf = top1(state)
+    conf = torch.where(state.masked, conf, torch.full_like(conf, float("-inf")))
+    return tokens, conf
+
+
+def top1(state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-1 token other than the mask id [L] and its float64 probability [L], at every position."""
     logits = state.logits.clone()
     logits[:, state.mask_id] = float("-inf")
     tokens = logits.argmax(dim=-1)  # [L]
-    conf = state.probs.gather(-1, tokens[:, None]).squeeze(-1)  # [L]
-    conf = torch.where(state.masked, conf, torch.full_like(conf, float("-inf")))
-    return tokens, conf
+    return tokens, state.probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 def top_prob(probs: torch.Tensor, mask_id: int) -> torch.Tensor:

@@ -9,6 +9,14 @@ least k_s masked positions have top-1 probability > tau (strict, as there) all o
 commit, else the k_s most confident do (ties: lower position). With S = block_length every
 k_s is 1 and the rule is the threshold rule. The reference's `generate(steps, threshold,
 minimal_topk)` is steps = min(steps, gen_length // minimal_topk), tau = threshold.
+
+`k` = K > 1 is LLaDA2.1's fill rule (`num_to_transfer`): every masked position with top-1
+probability > tau (strict) commits if there are at least K of them, else the K most confident.
+With `edit_tau` and `max_post_steps` (ripple/decoders/editing.py) the decoder is LLaDA2.1's
+`generate(threshold=tau, editing_threshold=edit_tau, max_post_steps, num_to_transfer=k)`
+(inclusionAI's LLaDA2.1-mini modeling file; ../shared/golden/README.md): each step also
+rewrites decoded tokens of the block whose top-1 token now differs with probability > edit_tau,
+and a full block keeps running post forwards while they edit.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import torch
 
 from ..errors import RippleError
 from .base import BlockState, Commit, Plan, Scheduler, greedy, top1_index
+from .editing import TokenEditing, edit_tau_hp, max_post_steps_hp
 from .params import HyperParams, hp
 from .registry import register
 
@@ -28,12 +37,18 @@ class ConfidenceParams(HyperParams):
     factor: float = hp(0.0, 0.0, None, doc="> 0 switches to Fast-dLLM's factor rule with this factor")
     steps: int = hp(0, 0, None, doc="> 0: LLaDA2's per-step minimum, block_length // steps commits per step "
                     "(+1 for the first block_length % steps steps)", new=True)
+    k: int = hp(1, 1, None, doc="minimum commits per fill step: all above tau (strict) if at least k, else the k "
+                "most confident (LLaDA2.1's num_to_transfer)", new=True)
+    edit_tau: float = edit_tau_hp()
+    max_post_steps: int = max_post_steps_hp()
 
     def __post_init__(self):
         super().__post_init__()
-        if self.factor > 0 and self.steps > 0:
-            raise RippleError(f"confidence hyperparameters factor={self.factor} and steps={self.steps} are two "
-                              "rules; accepted: at most one of them > 0")
+        rules = [f"{name}={getattr(self, name)}" for name, off in (("factor", 0.0), ("steps", 0), ("k", 1))
+                 if getattr(self, name) != off]
+        if len(rules) > 1:
+            raise RippleError(f"confidence hyperparameters {' and '.join(rules)} are different rules; accepted: at "
+                              "most one of factor > 0, steps > 0, k > 1")
 
 
 def threshold_commit(state: BlockState, tau: float) -> Commit:
@@ -46,21 +61,29 @@ def threshold_commit(state: BlockState, tau: float) -> Commit:
 
 
 @register
-class Confidence(Scheduler):
+class Confidence(TokenEditing, Scheduler):
     name = "confidence"
     display_order = 10
     Params = ConfidenceParams
 
     def step(self, state: BlockState) -> Plan:
-        if self.params.factor > 0:
-            return Plan(self._factor(state))
-        if self.params.steps > 0:
-            return Plan(self._scheduled(state))
-        return Plan(threshold_commit(state, self.params.tau))
+        edit = self.edits(state)
+        if not bool(state.masked.any()):  # a post step (token editing): edits only
+            return Plan(edit=edit)
+        return Plan(self._commit(state), edit=edit)
 
-    def _scheduled(self, state: BlockState) -> Commit:
-        L, S = state.tokens.shape[0], self.params.steps
-        k = L // S + (1 if state.step < L % S else 0)  # this step's minimum
+    def _commit(self, state: BlockState) -> Commit:
+        if self.params.factor > 0:
+            return self._factor(state)
+        if self.params.steps > 0:
+            L, S = state.tokens.shape[0], self.params.steps
+            return self._at_least(state, L // S + (1 if state.step < L % S else 0))
+        if self.params.k > 1:
+            return self._at_least(state, self.params.k)
+        return threshold_commit(state, self.params.tau)
+
+    def _at_least(self, state: BlockState, k: int) -> Commit:
+        """All masked positions above tau (strict) if at least k are, else the k most confident."""
         tokens, conf = greedy(state)  # conf -inf where decoded
         n_masked = int(state.masked.sum())
         k = max(1, min(k, n_masked))

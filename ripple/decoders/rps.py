@@ -11,6 +11,12 @@ The winner's distributions are carried into the next step, so no extra forward r
 `truncated_entropy` is Algorithm 1; `max_entropy` drops the reachability filter (the
 largest truncated entropy over every remaining masked position); `max_confidence` takes
 the most confident remaining masked position (an already nearly resolved one).
+
+Token editing (`edit_tau`, `max_post_steps`; ripple/decoders/editing.py; off by default) is
+new, no published decoder combines it with a lookahead pivot: each step also rewrites decoded
+tokens of the block by the shared edit rule, judged on the distributions the step reads, which
+after a lookahead are the winning variant's (carried over, the block with the pivot's token in
+place); the variants are built from the block with the step's commits and edits written.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import torch
 
 from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler, entropy
 from .confidence import threshold_commit
+from .editing import TokenEditing, edit_tau_hp, max_post_steps_hp
 from .params import HyperParams, choice, hp
 from .registry import register
 
@@ -42,10 +49,12 @@ class RPSParams(HyperParams):
     r: float = hp(0.1, 0.0, 1.0, doc="candidate if probability >= r * top-1 probability", search=(0.01, 0.5))
     lam: float = hp(0.2, 0.0, 100.0, name="lambda", doc="plausibility weight", search=(0.0, 0.5))
     pivot: str = choice("truncated_entropy", PIVOT_RULES, doc="pivot rule (the paper's Figure 3 ablation)")
+    edit_tau: float = edit_tau_hp()
+    max_post_steps: int = max_post_steps_hp()
 
 
 @register
-class RPS(Scheduler):
+class RPS(TokenEditing, Scheduler):
     name = "rps"
     Params = RPSParams
     uses_lookahead = True
@@ -53,15 +62,18 @@ class RPS(Scheduler):
 
     def step(self, state: BlockState) -> Plan:
         prm = self.params
+        edit = self.edits(state)
+        if not bool(state.masked.any()):  # a post step (token editing): edits only
+            return Plan(edit=edit)
         commit = threshold_commit(state, prm.tau)  # a. standard commit
         remaining = state.masked.clone()
         remaining[commit.positions] = False
         M = remaining.nonzero().squeeze(-1)  # [|M|]
         info = {"standard": len(commit)}
         if M.numel() == 0:
-            return Plan(commit, info=info)
+            return Plan(commit, edit=edit, info=info)
         if M.numel() < 2:  # b. nothing downstream to ripple into
-            return Plan(commit, info={**info, "pivot": None, "why": "fewer than 2 masked"})
+            return Plan(commit, edit=edit, info={**info, "pivot": None, "why": "fewer than 2 masked"})
         probs = state.probs[M].clone()  # [|M|, V]
         probs[:, state.mask_id] = -1.0  # the mask id is never a candidate token
         k = min(prm.k_max, probs.shape[-1] - 1)
@@ -71,7 +83,7 @@ class RPS(Scheduler):
         if prm.pivot == "truncated_entropy":
             feasible = mu >= prm.tau_pivot
             if not bool(feasible.any()):
-                return Plan(commit, info={**info, "pivot": None, "why": "no position reaches tau_pivot"})
+                return Plan(commit, edit=edit, info={**info, "pivot": None, "why": "no position reaches tau_pivot"})
             j = int(torch.argmax(torch.where(feasible, h_trunc, torch.full_like(h_trunc, float("-inf")))))
         elif prm.pivot == "max_entropy":
             j = int(torch.argmax(h_trunc))
@@ -83,13 +95,14 @@ class RPS(Scheduler):
         cands = top_v[j][keep]  # [m], descending probability
         info.update(pivot=pivot, pivot_entropy=float(h_trunc[j]), pivot_mass=float(mu[j]))
         if cands.numel() <= 1:
-            return Plan(commit, info={**info, "why": "one candidate"})
-        block = state.tokens.clone()
+            return Plan(commit, edit=edit, info={**info, "why": "one candidate"})
+        block = state.tokens.clone()  # the block as the engine will hold it after this step
         block[commit.positions] = commit.tokens
+        block[edit.positions] = edit.tokens
         variants = block[None].repeat(cands.numel(), 1)  # [m, L]
         variants[:, pivot] = cands
         info["candidates"] = cands.tolist()
-        return Plan(commit, variants=variants, context=PivotSearch(pivot), info=info)
+        return Plan(commit, edit=edit, variants=variants, context=PivotSearch(pivot), info=info)
 
     def resolve(self, state: BlockState, plan: Plan, look: Lookahead) -> Resolution:
         pivot = plan.context.pivot

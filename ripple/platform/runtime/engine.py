@@ -95,6 +95,8 @@ def _check_plan(dec: Scheduler, plan) -> None:
         raise RippleError(f"decoder {dec.name!r} planned lookahead variants but does not declare uses_lookahead")
     if plan.shadow and not dec.uses_shadow:
         raise RippleError(f"decoder {dec.name!r} asked for a shadow forward but does not declare uses_shadow")
+    if len(plan.edit) and not dec.edits_tokens:
+        raise RippleError(f"decoder {dec.name!r} planned token edits but does not declare edits_tokens")
 
 
 def _divisors(n: int) -> list[int]:
@@ -109,6 +111,7 @@ class SampleOutput:
     decode_seconds: float
     generated_tokens: int  # response tokens before the first end-of-sequence id
     gen_length: int
+    edits: int = 0  # tokens rewritten by token editing (decoders that declare `edits_tokens`)
 
     @property
     def tps(self) -> float:
@@ -331,6 +334,11 @@ class _Run:
         self.look_nfe = [0] * B
         self.t_end = [0.0] * B
         self.stopped = [False] * B
+        self.edits = [0] * B
+        # token editing (a decoder that declares `edits_tokens`, in a configuration that uses it): post
+        # forwards after a block's last mask is filled, no mid-block end-of-sequence stop while tokens
+        # may still be rewritten (module docstring)
+        self.editing = decoder.edits_tokens and (decoder.may_edit or decoder.max_post_forwards > 0)
         self.sample_memory: list[dict] = [{} for _ in range(B)]  # decoder scratch per sample, across blocks
         self._finished = None  # block diffusion: (KV cache of the last opening, its rows' batch indices)
 
@@ -363,7 +371,8 @@ class _Run:
         for r in range(self.B):
             resp = self.canvas[r, self.starts[r]:self.starts[r] + cfg.gen_length].tolist()
             gen = next((i for i, t in enumerate(resp) if t in e.eos_ids), len(resp))
-            out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length))
+            out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length,
+                                    self.edits[r]))
         return out
 
     def _first_eos(self, r: int, upto: int) -> int | None:
@@ -435,36 +444,51 @@ class _Run:
         win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext, causal)
         if e.opening_commit:
             self._open(rows, states, kv, win, blk)
-        max_steps = 4 * L + 16
-        while True:
-            active = [r for r in rows if bool(states[r].masked.any())]
-            if not active:
-                return
+        max_steps = 4 * L + 16 + (dec.max_post_forwards if self.editing else 0)
+        post = dict.fromkeys(rows, 0)  # post forwards run in this block (token editing)
+        # a row steps while its block holds masks; an editing row also steps on a full block whose
+        # distributions are fresh (a post forward's, or a lookahead's that filled the block)
+        live = [r for r in rows if bool(states[r].masked.any())]
+        while live:
             groups: dict[tuple[bool, bool], list[int]] = {}  # (variants, shadow) -> rows
-            plans = {}
-            for r in active:
+            plans, stepping = {}, []
+            for r in live:
                 st = states[r]
+                if not self.editing and not bool(st.masked.any()):
+                    continue  # a lookahead's commit completed the block
                 if st.step >= max_steps:
                     raise RuntimeError(f"decoder {dec.name!r} made no progress in block {blk} after {max_steps} steps")
                 if self.observe is not None:
                     self.observe(r, (blk, st.step, "step"),
                                  {k: v for k, v in (("logits", st.logits), ("beyond", st.beyond),
                                                     ("shadow", st.shadow)) if v is not None})
+                filling = bool(st.masked.any())
                 plan = dec.step(st)
                 _check_plan(dec, plan)
-                self._apply(r, st, plan.commit, plan.remask)
-                if cfg.eos_early_stop:
+                edited = self._apply(r, st, plan.commit, plan.remask, plan.edit)
+                if cfg.eos_early_stop and not (self.editing and dec.may_edit):
                     self._early_stop(r, plan.commit, be)
                 plans[r] = plan
                 kind = (plan.variants is not None, plan.shadow)
-                still = bool(st.masked.any())
-                self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if still else None,
-                           remask=plan.remask)
+                go_on = bool(st.masked.any()) or (self.editing and self._post_forward(r, post, filling, edited))
+                self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if go_on else None,
+                           remask=plan.remask, edited=edited, phase="step" if filling else "post")
                 st.step += 1
-                if still:  # no forward once the block is complete
+                if go_on:  # no forward once the block is complete
                     groups.setdefault(kind, []).append(r)
+                    stepping.append(r)
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
                 self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
+            live = stepping
+
+    def _post_forward(self, r: int, post: dict, filling: bool, edited: list) -> bool:
+        """Token editing: after a step that left row r's block without masks, whether to run a post
+        forward. A post step that edited nothing ends the block; otherwise at most the decoder's
+        `max_post_forwards` post forwards run per block (LLaDA2.1's `max_post_steps`)."""
+        if not filling and not edited:
+            return False
+        post[r] += 1
+        return post[r] <= self.decoder.max_post_forwards
 
     def _open(self, rows: list[int], states, kv, win: _Window, blk: int) -> None:
         """Commit each row's first block position with its top-1 token from the block-opening
@@ -476,7 +500,7 @@ class _Run:
                 self.observe(r, (blk, st.step, "open"), {"logits": st.logits})
             tokens, _ = greedy(st)  # [L], never the mask id
             commit = Commit(torch.zeros(1, dtype=torch.long), tokens[:1])
-            self._apply(r, st, commit, None)
+            self._apply(r, st, commit, None, None)
             st.fixed[0] = True
             still = bool(st.masked.any())
             self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
@@ -538,16 +562,32 @@ class _Run:
             if self.observe is not None:
                 self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
             res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
-            self._apply(r, st, res.commit, None)
+            self._apply(r, st, res.commit, None, None)
             st.logits = res.logits
             self._emit(r, blk, st, res.commit, res.info, None, phase="resolve")
-            if self.cfg.eos_early_stop:
+            if self.cfg.eos_early_stop and not (self.editing and self.decoder.may_edit):
                 self._early_stop(r, res.commit, win.hi)
 
-    def _apply(self, r: int, st: BlockState, commit: Commit, remask) -> None:
-        """Write a decoder's commits (then remasks) into the canvas, checking the protocol's invariants."""
+    def _apply(self, r: int, st: BlockState, commit: Commit, remask, edit: Commit | None) -> list[list[int]]:
+        """Write a decoder's commits and edits together (then remasks) into the canvas, checking the
+        protocol's invariants; returns the edits as [block position, old token, new token]."""
         e = self.e
         L = st.tokens.shape[0]
+        edited: list[list[int]] = []
+        if edit is not None and len(edit):
+            at = edit.positions.to(st.tokens.device)
+            new = edit.tokens.to(st.tokens.device)
+            if bool(((at < 0) | (at >= L)).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} edited outside the current block")
+            if bool(st.masked[at].any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} edited a masked position (that is a commit)")
+            if bool(st.fixed[at].any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} edited a fixed position (prompt or block opening)")
+            if bool((new == e.mask_id).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} edited a token to the mask id")
+            if bool((new == st.tokens[at]).any()) or at.unique().numel() != at.numel():
+                raise RuntimeError(f"decoder {self.decoder.name!r} planned an edit that changes nothing")
+            edited = [[p, o, n] for p, o, n in zip(at.tolist(), st.tokens[at].tolist(), new.tolist())]
         pos = commit.positions.to(st.tokens.device)
         if len(commit):
             tok = commit.tokens.to(st.tokens.device)
@@ -569,10 +609,14 @@ class _Run:
                 raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position it commits in the same step")
         if len(commit):
             st.tokens[pos] = tok
+        if edited:
+            st.tokens[at] = new
+            self.edits[r] += len(edited)
         if remask is not None and remask.numel():
             st.tokens[back] = e.mask_id
+        return edited
 
-    def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None) -> None:
+    def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None, edited=None) -> None:
         if self.trace is None:
             return
         offset = self.origin + blk * self.cfg.block_length - self.starts[r]  # positions from the response start
@@ -583,6 +627,8 @@ class _Run:
         }
         if remask is not None and remask.numel():
             event["remasked"] = [offset + int(p) for p in remask.tolist()]
+        if edited:
+            event["edited"] = [[offset + p, old, new] for p, old, new in edited]
         self.trace(event)
 
 
