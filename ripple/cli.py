@@ -273,7 +273,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         m = cell.stats
         tpf = "-" if m.tpf is None else f"{m.tpf:.2f}"
         print(f"accuracy {m.accuracy_text()} % (95 % Wilson interval {m.accuracy_lo:.1f} to {m.accuracy_hi:.1f}) | "
-              f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})")
+              f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})"
+              + ("" if m.mean_edits is None else f" | edits/sample {m.mean_edits:.2f}"))
     return 0
 
 

@@ -37,7 +37,7 @@ from .report import (fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, new_figure, save_pn
                      stored_experiments, summarize_cells)
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
-           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto")
+           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits")
 SECTION = ("model", "weights", "task")
 DECODE = tuple(f.name for f in fields(DecodeSettings))
 CURVE = ("experiment", *SECTION, "decoder", *DECODE)  # cells of one curve differ only in hyperparameters
@@ -69,6 +69,7 @@ class Row:
     p_value: float | None
     speedup_lo: float | None
     speedup_hi: float | None
+    mean_edits: float | None = None  # token edits per sample, where the cell edited
 
     @property
     def usable(self) -> bool:
@@ -146,7 +147,7 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
             rows.append(Row(c["model"], c["weights"], c["task"], c["decoder"], params, c["experiment"], c["n"],
                             c["accuracy"], c["accuracy_lo"], c["accuracy_hi"], _num(c["tpf"]), c["mean_nfe"],
                             _num(c["tps"]), _num(c["speedup"]), None, False, tuple(c[k] for k in CURVE),
-                            c["p_value"], c["speedup_lo"], c["speedup_hi"]))
+                            c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"])))
         aups, dropped = _score_curves(rows)
         flags = front_flags([(r.accuracy, r.tpf) if r.usable else (None, None) for r in rows], ACCURACY_TPF)
         rows = [replace(r, aup=a, pareto=f) for r, a, f in zip(rows, aups, flags)]
@@ -217,13 +218,23 @@ def plot_section(section: Section, path: Path) -> Path:
 HEADER = ("decoder", "params", "experiment", "n", "accuracy %", "TPF", "mean NFE", "TPS", "speedup", "AUP", "Pareto")
 
 
-def _shown(r: Row) -> list[tuple[str, Any]]:
-    """(text, sort value) per HEADER column."""
+def _header(s: "Section") -> tuple[str, ...]:
+    """HEADER, plus an edits column in a section where some cell edited (token editing)."""
+    return HEADER + (("edits",) if _edited(s) else ())
+
+
+def _edited(s: "Section") -> bool:
+    return any(r.mean_edits is not None for r in s.rows)
+
+
+def _shown(r: Row, edits: bool = False) -> list[tuple[str, Any]]:
+    """(text, sort value) per `_header` column."""
     acc = fmt_acc(asdict(r)) if r.n else "-"
     return [(r.decoder, r.decoder), (r.params or "-", r.params), (r.experiment, r.experiment), (str(r.n), r.n),
             (acc, r.accuracy if r.n else None), (fmt_nfe(r.tpf), r.tpf), (fmt_nfe(r.mean_nfe), r.mean_nfe),
             (fmt_tps(r.tps), r.tps), (fmt_speedup(asdict(r)), r.speedup),
-            ("-" if r.aup is None else f"{r.aup:.1f}", r.aup), ("*" if r.pareto else "", int(r.pareto))]
+            ("-" if r.aup is None else f"{r.aup:.1f}", r.aup), ("*" if r.pareto else "", int(r.pareto))] + (
+        [(fmt_nfe(r.mean_edits or 0.0), r.mean_edits or 0.0)] if edits else [])
 
 
 def _title(s: Section) -> str:
@@ -233,14 +244,16 @@ def _title(s: Section) -> str:
 EXPLAIN = ("accuracy % with half its 95 % Wilson interval (* vs default: p < 0.05, exact McNemar); TPF = generated "
            "tokens / forward passes over the cell; TPS and speedup (vs the same experiment's default) at batch 1; "
            "AUP = accuracy under parallelism of the decoder's curve (its settings in one experiment), as the d3LLM "
-           "leaderboard computes it; Pareto = on the accuracy-TPF front of the section.")
+           "leaderboard computes it; Pareto = on the accuracy-TPF front of the section; edits (where a cell edited) = "
+           "tokens rewritten by token editing per sample.")
 
 
 def to_markdown(sections: list[Section], experiments: list[str]) -> str:
     out = ["# Ripple leaderboard", "", f"Experiments: {', '.join(experiments)}. {EXPLAIN}", ""]
     for s in sections:
-        out += [f"## {_title(s)}", "", "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
-        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r)) + " |" for r in s.rows]
+        head = _header(s)
+        out += [f"## {_title(s)}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s))) + " |" for r in s.rows]
         out += ["", f"![{_title(s)}]({s.figure})", ""]
         out += [f"AUP dropped (more than 5 points below the curve's first accuracy): {d}" for d in s.dropped]
         out += [""] if s.dropped else []
@@ -279,9 +292,10 @@ def to_html(sections: list[Section], experiments: list[str], folder: Path) -> st
            f"<p>Experiments: {e(', '.join(experiments))}. {e(EXPLAIN)} Click a column header to sort.</p>"]
     for s in sections:
         out.append(f"<h2>{e(_title(s))}</h2><table class=\"sortable\"><thead><tr>"
-                   + "".join(f"<th>{e(h)}</th>" for h in HEADER) + "</tr></thead><tbody>")
+                   + "".join(f"<th>{e(h)}</th>" for h in _header(s)) + "</tr></thead><tbody>")
         for r in s.rows:
-            cells = "".join(f"<td data-v=\"{e('' if v is None else str(v))}\">{e(t)}</td>" for t, v in _shown(r))
+            cells = "".join(f"<td data-v=\"{e('' if v is None else str(v))}\">{e(t)}</td>"
+                            for t, v in _shown(r, _edited(s)))
             out.append(("<tr class=\"front\">" if r.pareto else "<tr>") + cells + "</tr>")
         out.append("</tbody></table>")
         out += [f"<p class=\"note\">AUP dropped (more than 5 points below the curve's first accuracy): {e(d)}</p>"

@@ -159,7 +159,9 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
     (context key, its description, table)."""
     vary = _varying(cells, CONTEXT)
     batched = cells.height > 0 and int(cells["batch_size"].max()) > 1  # throughput mode: its column too
-    metrics = ("acc %", "NFE", "TPF", "TPS", "speedup", *(("throughput",) if batched else ()))
+    edited = cells.height > 0 and cells["mean_edits"].is_not_null().any()  # token editing: edits per sample
+    metrics = ("acc %", "NFE", "TPF", "TPS", "speedup", *(("throughput",) if batched else ()),
+               *(("edits",) if edited else ()))
     out = []
     for key, rows in _groups(cells, CONTEXT):
         tasks = rows["task"].unique(maintain_order=True).to_list()
@@ -174,7 +176,8 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
                     continue
                 c = r.row(0, named=True)
                 line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_nfe(c["tpf"]), fmt_tps(c["tps"]), fmt_speedup(c),
-                         *((fmt_tps(c["throughput"]),) if batched else ())]
+                         *((fmt_tps(c["throughput"]),) if batched else ()),
+                         *((fmt_nfe(c["mean_edits"] or 0.0),) if edited else ())]
             body.append(tuple(line))
         desc = _describe(key, vary)
         out.append((key, desc, Table("main", f"Decoders x tasks ({desc})", tuple(header), tuple(body))))

@@ -25,7 +25,8 @@ from tests.dashboards.cdp import Browser
 from tests.platform.gridtools import env
 
 COLUMNS = ["model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
-           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto"]  # the list, verbatim
+           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto",  # the list, verbatim
+           "mean_edits"]  # then token edits per sample (where a cell edited)
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:

@@ -32,6 +32,7 @@ class SampleResult:
     generated_tokens: int
     tps: float
     canvas_tps: float
+    edits: int = 0  # token edits (editing decoders)
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,10 @@ class CellResult:
         gen = self.settings.get("gen_length", 0)
         frame = pl.DataFrame([{"sample_id": s.sample_id, "correct": s.correct, "error": None, "nfe": s.nfe,
                                "generated_tokens": s.generated_tokens, "decode_seconds": s.decode_seconds,
-                               "gen_length": gen} for s in self.samples],
+                               "gen_length": gen, "edits": s.edits} for s in self.samples],
                              schema={"sample_id": pl.String, "correct": pl.Boolean, "error": pl.String, "nfe": pl.Int64,
-                                     "generated_tokens": pl.Int64, "decode_seconds": pl.Float64, "gen_length": pl.Int64})
+                                     "generated_tokens": pl.Int64, "decode_seconds": pl.Float64, "gen_length": pl.Int64,
+                                     "edits": pl.Int64})
         return cell_metrics(frame)
 
     def __getattr__(self, name: str):  # accuracy, mean_nfe, tps, canvas_tps, decode_seconds, ...
@@ -89,7 +91,8 @@ def run_batch(engine: Engine, tokenizer, task, examples, decoder: Scheduler, con
 def sample_result(example, ids: list[int], out: SampleOutput, text: str, score) -> SampleResult:
     """The record of one decoded and scored example."""
     return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
-                        out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps)
+                        out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
+                        out.edits)
 
 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,

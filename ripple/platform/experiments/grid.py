@@ -411,15 +411,17 @@ def format_table(run: GridRun) -> str:
     if batched:  # throughput mode: TPS and speedup stay batch-1 figures (records decoded alone)
         head += f"; batch size {'/'.join(map(str, sizes))}"
     errors = any(s.errors for s in sums)
+    edited = any(s.mean_edits is not None for s in sums)  # token editing: edits per sample
     keys = [["task", *varying, "decoder"]] + [[s.cell.task, *(str(getattr(s.cell, c)) for c in varying),
                                                 s.cell.label()] for s in sums]
     minimum = [7] + [0] * len(varying) + [11]  # the widths of the original demo table
     widths = [max(m, *(len(row[i]) for row in keys)) for i, m in enumerate(minimum)]
     cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", _tpf(s.tpf), _number(s.tps),
-             s.speedup_text()] + ([_number(s.throughput)] if batched else []) + ([str(s.errors)] if errors else [])
+             s.speedup_text()] + ([_number(s.throughput)] if batched else [])
+            + ([_tpf(s.mean_edits or 0.0)] if edited else []) + ([str(s.errors)] if errors else [])
             for s in sums]
     metrics = (["accuracy %", "mean NFE", "TPF", "TPS", "speedup"] + (["throughput"] if batched else [])
-               + (["errors"] if errors else []))
+               + (["edits"] if edited else []) + (["errors"] if errors else []))
     mwidths = [max(len(m), *(len(c[i]) for c in cols)) for i, m in enumerate(metrics)]
 
     def line(keys_: list[str], values: list[str]) -> str:

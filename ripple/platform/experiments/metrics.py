@@ -62,6 +62,7 @@ class CellMetrics:
     nfe_speedup_lo: float | None = None
     nfe_speedup_hi: float | None = None
     p_value: float | None = None  # exact McNemar against the baseline
+    mean_edits: float | None = None  # token edits per sample (token editing); None where no sample edited
 
     def metrics(self) -> dict[str, float]:
         """The numeric fields that are set, for MLflow and JSON."""
@@ -215,10 +216,18 @@ def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int
                tpf=int(ok["generated_tokens"].sum() or 0) / forwards if forwards else None,
                generated_tokens=int(ok["generated_tokens"].sum() or 0) if n else 0, decode_seconds=seconds,
                tps=tokens / seconds if timed else None, canvas_tps=canvas / seconds if timed else None,
-               batch_size=size, throughput=tput, batches=batches)
+               batch_size=size, throughput=tput, batches=batches, mean_edits=mean_edits(ok))
     if base is not None:
         out.update(_compare(ok, _ok(base), out, seed))
     return CellMetrics(**out)
+
+
+def mean_edits(ok: pl.DataFrame) -> float | None:
+    """Mean token edits per sample, or None when no sample edited (or the records predate editing)."""
+    if "edits" not in ok.columns or ok.height == 0:
+        return None
+    total = int(ok["edits"].fill_null(0).sum() or 0)
+    return total / ok.height if total else None
 
 
 def _compare(ok: pl.DataFrame, base_ok: pl.DataFrame, mine: dict, seed: int) -> dict[str, Any]:

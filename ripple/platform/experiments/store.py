@@ -95,6 +95,7 @@ class SampleRecord(DecodeSettings):
     generated_tokens: int | None = None
     nfe: int | None = None
     lookahead_nfe: int | None = None
+    edits: int | None = None  # token edits (editing decoders; None: stored before records carried it)
     decode_seconds: float | None = None
     tps: float | None = None
     canvas_tps: float | None = None

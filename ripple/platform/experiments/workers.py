@@ -172,7 +172,7 @@ class SampleWorker:
                 continue
             records.append(item.record(
                 prompt_tokens=len(ids), completion=text, generated_tokens=out.generated_tokens, nfe=out.nfe,
-                lookahead_nfe=out.lookahead_nfe, decode_seconds=out.decode_seconds, tps=out.tps,
+                lookahead_nfe=out.lookahead_nfe, edits=out.edits, decode_seconds=out.decode_seconds, tps=out.tps,
                 canvas_tps=out.canvas_tps, correct=bool(score.correct), score=dumps(score.details), **where,
                 **batch))
         return records

@@ -12,8 +12,8 @@ PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "llada2", "paper-table1", "rps-ablation",
-                              "rps-tiny"]
+    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "llada2", "llada2.1", "paper-table1",
+                              "rps-ablation", "rps-tiny"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -217,3 +217,16 @@ def test_settings_added_later_keep_earlier_cell_ids():
     assert early.eos_early_stop and len({cell.cell_id, early.cell_id, stepped.cell_id}) == 3
     with pytest.raises(RippleError, match="eos_early_stop"):
         parse_spec(yaml.safe_load(GOOD + "eos_early_stop: maybe\n"), "t")
+
+
+def test_shipped_grids_keep_their_cell_ids():
+    """Every cell of every shipped grid as of commit 8afd28c (before token editing, k and the
+    ripple-tiny-bd rows) keeps its id: a new hyperparameter at its default is id-neutral."""
+    import json
+    from pathlib import Path
+
+    pinned = json.loads((Path(__file__).parent / "shipped_cell_ids.json").read_text())
+    assert len(pinned) == 7 and sum(map(len, pinned.values())) > 100
+    for name, ids in pinned.items():
+        current = {c.cell_id for c in load_spec(name).cells}
+        assert set(ids) <= current, name

@@ -75,3 +75,14 @@ def test_editing_and_post_forwards_happen_in_the_public_runs(golden):
     assert "no_edit" in ends and "max_post_steps" in ends
     assert any(s["edited"] and s["phase"] == "fill" for c in cases for s in c["steps_log"])
     assert any(s["edited"] and s["phase"] == "post" for c in cases for s in c["steps_log"])
+
+
+def test_shipped_llada21_grid_validates_with_a_dry_run(capsys):
+    assert main(["grid", "llada2.1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "experiment llada2.1, 40 cells" in out and "models: inclusionAI/LLaDA2.1-mini" in out
+    for name in ("default", "confidence(edit_tau=0.5, max_post_steps=16, tau=0.7)",
+                 "confidence(edit_tau=0.0, max_post_steps=16, tau=0.5)", "confidence(tau=0.95)", "klass",
+                 "eb_sampler", "wino", "lopa", "rps, rps(edit_tau=0.5, max_post_steps=16)"):
+        assert name in out
+    assert "gen_lengths: 256" in out and "block_lengths: 32" in out
