@@ -74,7 +74,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
 def test_bad_training_input(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(tmp_path), "--preset", "huge"],
                           capture_output=True, text=True)
-    assert proc.returncode == 2 and "unknown preset 'huge'; accepted: tiny, micro" in proc.stderr
+    assert proc.returncode == 2 and "unknown preset 'huge'; accepted: tiny, micro, tiny-bd, micro-bd" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(tmp_path), "--steps", "0"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--steps must be positive" in proc.stderr
