@@ -15,7 +15,9 @@ DEMO_SPEC = GRIDS_DIR / "demo.yaml"
 def demo_spec(model: str = "ripple-tiny", limit: int = 50, cache: str = "none"):
     """demo.yaml with the model, samples per cell and cache policy replaced."""
     _, raw = read_yaml_spec(str(DEMO_SPEC), GRIDS_DIR, "grid")
-    raw.update(models=[model], limit=limit, caches=[cache])
+    # entries restricted to other models (ripple-tiny-bd's editing rows) do not apply to `model`
+    decoders = [d for d in raw["decoders"] if not (isinstance(d, dict) and model not in d.get("models", [model]))]
+    raw.update(models=[model], limit=limit, caches=[cache], decoders=decoders)
     return parse_spec(raw, str(DEMO_SPEC))
 
 

@@ -427,13 +427,15 @@ class SpecParser:
                  ) -> list[tuple[str, dict[str, list[tuple]], frozenset | None]]:
         """Each entry: (name, {task: [params, ...]}, models it is restricted to). `task_params`
         override `params` for the tasks they name (the KLASS release tunes per task). `decoders: all`
-        is every registered decoder at its defaults, in display order."""
+        is every registered decoder at its defaults, in display order; so is an entry `all` in a list
+        (then further entries add settings)."""
         from ...decoders import get, names
 
         if value == "all":
             value = names()
+        entries = [e for entry in self.as_list(value, "decoders") for e in (names() if entry == "all" else [entry])]
         out = []
-        for entry in self.as_list(value, "decoders"):
+        for entry in entries:
             if isinstance(entry, str):
                 entry = {"name": entry}
             if not isinstance(entry, dict) or "name" not in entry:

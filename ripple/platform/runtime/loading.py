@@ -18,7 +18,8 @@ from ...errors import RippleError
 from .models import DiffusionTransformer, get_family
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-EMBEDDED = {"ripple-tiny": Path(__file__).resolve().parents[2] / "assets" / "ripple-tiny"}  # ripple/assets
+_ASSETS = Path(__file__).resolve().parents[2] / "assets"  # ripple/assets
+EMBEDDED = {"ripple-tiny": _ASSETS / "ripple-tiny", "ripple-tiny-bd": _ASSETS / "ripple-tiny-bd"}
 _END_OF_TURN_NAMES = ("<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
 
 

@@ -22,8 +22,16 @@ def test_every_shipped_spec_validates():
 
 def test_shipped_specs_have_the_issue_contents():
     demo = load_spec("demo")
-    assert {c.model for c in demo.cells} == {"ripple-tiny"} and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
-    assert sorted({c.decoder for c in demo.cells}) == sorted(names()) and len(demo.cells) == 21
+    models = {"ripple-tiny", "ripple-tiny-bd"}
+    assert {c.model for c in demo.cells} == models and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
+    for model in models:  # every decoder on both embedded models
+        assert sorted({c.decoder for c in demo.cells if c.model == model}) == sorted(names())
+    # plus LLaDA2.1's Quality and Speedy editing on ripple-tiny-bd
+    editing = {(c.model, c.task, dict(c.params)["tau"], dict(c.params)["edit_tau"], dict(c.params)["max_post_steps"])
+               for c in demo.cells if c.decoder == "confidence" and dict(c.params)["edit_tau"] < 1}
+    assert editing == {("ripple-tiny-bd", t, *s) for t in ("arith", "pyfunc", "freefunc")
+                       for s in ((0.7, 0.5, 16), (0.5, 0.0, 16))}
+    assert len(demo.cells) == 3 * len(names()) * 2 + 6
     ablation = load_spec("rps-ablation")
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
