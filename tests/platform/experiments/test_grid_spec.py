@@ -13,7 +13,7 @@ PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
 
 def test_every_shipped_spec_validates():
     assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "llada2", "llada2.1", "paper-table1",
-                              "rps-ablation", "rps-tiny"]
+                              "rps-ablation", "rps-tiny", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
