@@ -23,12 +23,12 @@ demo: .venv/.ready
 	$(PY) -m ripple.cli leaderboard
 
 bench: .venv/.ready
-	$(PY) -m ripple.platform.bench
+	$(PY) -m ripple.bench
 
 # every demo-grid sample at batch 8 against batch 1, caches none/prefix/dual: same tokens and NFE
 # (re-run after retraining ripple-tiny; 4 to 10 min on one core; exit 1 if a difference is not a near-tie)
 batch-equivalence: .venv/.ready
-	$(PY) -m ripple.platform.bench --batch-equivalence
+	$(PY) -m ripple.bench --batch-equivalence
 
 clean-venv:
 	rm -rf .venv

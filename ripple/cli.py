@@ -356,9 +356,17 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .platform.experiments.demo import run_demo
+    """The demo grid through the grid path (one table), then the leaderboard of the store (every
+    experiment in it) and its path: grid then leaderboard, as `make demo` runs them."""
+    from .dashboards.leaderboard import build_leaderboard, summary_line
+    from .platform.experiments.demo import demo_spec
+    from .platform.experiments.grid import default_store, format_table, run_grid
 
-    return run_demo(args.model, limit=args.limit, cache=args.cache)
+    root = default_store()
+    run = run_grid(demo_spec(args.model, args.limit, args.cache), root, fresh=True)
+    print(format_table(run))
+    print(summary_line(build_leaderboard(root)))
+    return 0
 
 
 def cmd_grid(args: argparse.Namespace) -> int:

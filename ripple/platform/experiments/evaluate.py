@@ -82,7 +82,7 @@ def run_sample(engine: Engine, tokenizer, task, example, decoder: Scheduler, con
 def run_batch(engine: Engine, tokenizer, task, examples, decoder: Scheduler, config: GenerationConfig,
               chat: bool = False) -> list[tuple[list[int], SampleOutput, str]]:
     """Decode several examples in one engine call (left-padded rows, per-row NFE): for each, as
-    `run_sample`. The tokens equal those of one call per example (`ripple.platform.experiments.equivalence`)."""
+    `run_sample`. The tokens equal those of one call per example (`ripple.bench.batch_equivalence`)."""
     prompts = [encode_prompt(tokenizer, ex.prompt, chat=chat) for ex in examples]
     outs = engine.generate(prompts, decoder, config)
     return [(ids, out, completion_text(tokenizer, out, task.stop_sequences)) for ids, out in zip(prompts, outs)]

@@ -126,7 +126,7 @@ class GridSpec:
     workers: WorkerSpec
     description: str = ""
     # samples of one cell a worker decodes in one engine call. Not part of any cell id: it changes
-    # timing, never tokens or NFE (checked by `python -m ripple.platform.bench --batch-equivalence`)
+    # timing, never tokens or NFE (checked by `python -m ripple.bench --batch-equivalence`)
     batch_size: int = 1
 
     def _per_task(self) -> list[str]:

@@ -109,7 +109,7 @@ class SampleRecord(DecodeSettings):
     run_id: str | None = None  # the driver invocation that computed this record
     finished_at: float | None = None  # unix seconds when the worker finished the sample
     # Throughput mode: the sample was decoded in one engine call with up to `batch_size` samples of
-    # its cell. Tokens and NFE do not depend on it (`ripple.platform.experiments.equivalence`), timing does:
+    # its cell. Tokens and NFE do not depend on it (`ripple.bench.batch_equivalence`), timing does:
     # TPS counts batch-1 records only, throughput divides by the batches' wall time.
     batch_size: int = 1  # the setting that produced the record (a store written before it reads as 1)
     batch_id: str | None = None  # the engine call; its records share `batch_seconds`

@@ -59,10 +59,10 @@ class BatchBench:
 
 def run_batch_bench(limit: int = 16, batch_sizes: tuple[int, ...] = BATCH_SIZES, model: str = "ripple-tiny",
                     threads: int = 1, progress: bool = True) -> BatchBench:
-    from ...progress import progress as progress_bar
-    from .demo import demo_spec
-    from .grid import batches, plan
-    from .workers import SampleWorker
+    from ..platform.experiments.demo import demo_spec
+    from ..platform.experiments.grid import batches, plan
+    from ..platform.experiments.workers import SampleWorker
+    from ..progress import progress as progress_bar
 
     spec = demo_spec(model, limit)
     items = plan(spec)

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
+from ripple.bench.batch_equivalence import NEAR_TIE, decision_gap, explain
+from ripple.bench.cli import main
 from ripple.decoders import build
-from ripple.platform.bench import main
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from ripple.platform.experiments.equivalence import NEAR_TIE, decision_gap, explain
 from tests.scripted import ScriptedModel
 
 V, MASK, EOS = 40, 39, 1

@@ -1,6 +1,6 @@
-"""`python -m ripple.platform.bench --preset NAME`: what a GPU run of the paper's setting costs.
+"""`python -m ripple.bench --preset NAME`: what a GPU run of the paper's setting costs.
 
-On a random-weight model of the preset's shapes (`bench_models.py`), for each cache policy:
+On a random-weight model of the preset's shapes (`presets.py`), for each cache policy:
 the plain forward of a step of the first response block (at batch 1 and 8), the packed
 lookahead with k variants of that block (k = 2, 4, 10; RPS's k_max is 10), the
 lookahead/forward ratio (the RPS paper: about 1.15 on a GPU), and the decode TPS of
@@ -11,17 +11,17 @@ forward) would overrun it is reported as skipped instead of run.
 """
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from ...decoders import build
-from .bench_models import Preset, parameter_count, random_engine
-from .engine import Engine, GenerationConfig, synchronize
-from .models import get_family
+from ..decoders import build
+from ..platform.runtime.engine import Engine, GenerationConfig, synchronize
+from ..platform.runtime.models import get_family
+from .presets import Preset, parameter_count, random_engine
+from .timing import median_ms
 
 CACHES = ("none", "prefix", "dual")
 KS = (2, 4, 10)
@@ -111,20 +111,6 @@ class PresetReport:
 
 def _count(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
-
-
-def median_ms(fn: Callable[[], object], device: torch.device, reps: int, warmup: int = 2) -> float:
-    """Median wall time of `fn` in ms, the device synchronised before each clock read."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        synchronize(device)
-        t = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
 
 
 class _Canvas:

@@ -12,7 +12,7 @@ and reported with the gap between the decision's top two options in the batch-1 
 that swapped, or the candidate scores a lookahead decoder traced) and the largest logit
 difference between the two runs' inputs to it. A gap below NEAR_TIE is a near-tie.
 
-    python -m ripple.platform.bench --batch-equivalence [--caches none,prefix,dual] [--batch-size 8]
+    python -m ripple.bench --batch-equivalence [--caches none,prefix,dual] [--batch-size 8]
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ...decoders import build
-from ..runtime.engine import Engine, GenerationConfig, SampleOutput
+from ..decoders import build
+from ..platform.runtime.engine import Engine, GenerationConfig, SampleOutput
 
 NEAR_TIE = 1e-5  # a decision whose top two options are closer than this may flip with float noise
 CACHES = ("none", "prefix", "dual")
@@ -129,11 +129,11 @@ def check(model: str = "ripple-tiny", caches: Sequence[str] = CACHES, batch_size
           device: str = "cpu") -> EquivalenceReport:
     """Decode every sample of the demo grid (optionally only some decoders and tasks) at batch 1 and in
     consecutive batches of `batch_size`, as a grid worker batches them, for each cache policy."""
-    from ...progress import progress as progress_bar
-    from ...tasks import get_task
-    from .demo import demo_spec
-    from .evaluate import run_batch
-    from ..runtime.loading import load_model, weights_digest
+    from ..platform.experiments.demo import demo_spec
+    from ..platform.experiments.evaluate import run_batch
+    from ..platform.runtime.loading import load_model, weights_digest
+    from ..progress import progress as progress_bar
+    from ..tasks import get_task
 
     lm = load_model(model, dtype="float32", device=device)
     engine = Engine.from_loaded(lm)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from ...errors import RippleError
-from .loading import read_config, weight_bytes, weight_files
+from ..errors import RippleError
+from ..platform.runtime.loading import read_config, weight_bytes, weight_files
 
 
 def load_memory(path: str, gen_length: int = 32, block_length: int = 32) -> dict:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from .bench_models import LLADA2_MINI
-from .bench_preset import median_ms
-from .models.llada2 import LLADA2
-from .models.moe import MoE, per_expert_loop
+from ..platform.runtime.models.llada2 import LLADA2
+from ..platform.runtime.models.moe import MoE, per_expert_loop
+from .presets import LLADA2_MINI
+from .timing import median_ms
 
 
 def moe_layer(device: torch.device, dtype: torch.dtype = torch.bfloat16, tokens=(32, 256), reps: int = 5,

@@ -1,0 +1,35 @@
+"""The presets have the real models' shapes: a preset's config, read by its family, builds the
+module a downloaded checkpoint would."""
+from ripple.bench.presets import LLADA_8B, PRESETS
+from ripple.platform.runtime.models.llada import LLADA
+
+
+def test_the_llada_8b_preset_has_the_real_models_shapes():
+    cfg = LLADA.to_config(PRESETS["llada-8b"].config)
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.mlp_hidden, cfg.vocab_size) == \
+        (4096, 32, 32, 32, 12288, 126464)
+    assert (cfg.rope_theta, cfg.norm_eps, LLADA_8B["mask_token_id"]) == (500000.0, 1e-5, 126336)
+    params = 2 * cfg.vocab_size * cfg.d_model + cfg.n_layers * (4 * cfg.d_model ** 2 + 3 * cfg.d_model * cfg.mlp_hidden)
+    assert 8.0e9 < params < 8.1e9  # LLaDA-8B: 8.02 B parameters
+    p = PRESETS["llada-8b"]
+    assert (p.gen_length, p.block_length) == (256, 32)
+
+
+def test_the_llada2_mini_preset_has_the_real_models_shapes():
+    from ripple.platform.runtime.models.llada2 import LLADA2
+
+    cfg = LLADA2.to_config(PRESETS["llada2-mini"].config)
+    moe = cfg.moe
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rotary_dim, cfg.mlp_hidden,
+            cfg.vocab_size, cfg.dense_layers) == (2048, 20, 16, 4, 128, 64, 5120, 157184, 1)
+    assert (moe.n_experts, moe.top_k, moe.n_group, moe.topk_group, moe.hidden, moe.n_shared) == (256, 8, 8, 4, 512, 1)
+    d, attn = cfg.d_model, (16 + 2 * 4) * 128 * cfg.d_model + 16 * 128 * cfg.d_model
+    total = 2 * 157184 * d + 20 * attn + 3 * d * 5120 + 19 * (3 * d * 512 * 257 + 256 * d)
+    active = 2 * 157184 * d + 20 * attn + 3 * d * 5120 + 19 * (3 * d * 512 * 9 + 256 * d)
+    assert 16.0e9 < total < 16.5e9 and 1.35e9 < active < 1.5e9  # LLaDA2.0-mini: 16 B total, 1.4 B active
+    import torch
+
+    with torch.device("meta"):
+        model = LLADA2.build(cfg)
+    norms = 2 * 20 * d + 20 * 2 * 128 + d + 19 * 256  # RMSNorm weights (two a layer, q/k, final); expert_bias
+    assert sum(p.numel() for p in model.parameters()) == total + norms  # the module built from the preset
