@@ -170,6 +170,8 @@ def run_preset(preset: Preset, device: str, dtype: str, *, reps: int = 10, ks=KS
                                                                   cv.hi, variants, out_rows, block=cv.block), dev, reps)
             report.forwards.append(ForwardRow(cache, w1 - w0, fwd, look))
             log(f"forwards, cache {cache}: done at {time.perf_counter() - started:.0f} s")
+    if preset.decoders is not None and decoders is DECODERS:  # the preset names what it decodes
+        decoders = preset.decoders
     _decodes(engine, preset, report, caches, decoders, batches, started, gen, log)
     report.seconds = time.perf_counter() - started
     return report
@@ -186,19 +188,20 @@ def _decodes(engine: Engine, preset: Preset, report: PresetReport, caches, decod
                for b in batches}
     for b in batches:
         for cache in reversed(caches):
-            for name in decoders:
+            for entry in decoders:
+                label, name, settings = (entry, entry, ()) if isinstance(entry, str) else entry
                 # one forward per committed token at most (random weights): NFE <= gen_length
                 estimate = preset.gen_length * forward_ms[cache][b] / 1e3
                 left = report.budget_s - (time.perf_counter() - started)
                 if estimate > left:
-                    report.decodes.append(DecodeRow(cache, name, b, skipped=f"estimated {estimate:.0f} s, "
+                    report.decodes.append(DecodeRow(cache, label, b, skipped=f"estimated {estimate:.0f} s, "
                                                     f"{max(left, 0):.0f} s of the budget left"))
                     continue
                 synchronize(dev)
                 t = time.perf_counter()
-                outs = engine.generate(prompts[b], build(name), config[cache])
+                outs = engine.generate(prompts[b], build(name, dict(settings)), config[cache])
                 synchronize(dev)
                 seconds = time.perf_counter() - t
                 tokens = sum(o.generated_tokens for o in outs)
-                report.decodes.append(DecodeRow(cache, name, b, sum(o.nfe for o in outs) / b, seconds, tokens / seconds))
-                log(f"decode {cache} {name} batch {b}: {seconds:.1f} s")
+                report.decodes.append(DecodeRow(cache, label, b, sum(o.nfe for o in outs) / b, seconds, tokens / seconds))
+                log(f"decode {cache} {label} batch {b}: {seconds:.1f} s")

@@ -57,6 +57,8 @@ class Preset:
     gen_length: int
     block_length: int
     doc: str
+    # what the preset report decodes: (label, decoder, settings); None: preset_report.DECODERS
+    decoders: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] | None = None
 
 
 def _shrink(**changes: Any) -> dict[str, Any]:
@@ -72,6 +74,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            192, 64, 32, "make bench's forward model: d_model 512, 8 layers, vocab 32768 (about 50 M parameters)"),
     Preset("llada2-mini", LLADA2_MINI, 64, 256, 32, "LLaDA2.0-mini's shapes (16 B parameters, MoE); for one GPU, "
            "bfloat16"),
+    # inclusionAI/LLaDA2.1-mini keeps LLaDA2.0-mini's llada2_moe shapes; what changes is the decoding
+    # rule (token editing), which this preset's report times in the model card's Quality mode
+    Preset("llada2.1-mini", LLADA2_MINI, 64, 256, 32, "LLaDA2.1-mini (LLaDA2.0-mini's shapes, 16 B parameters, "
+           "MoE), decoded with and without LLaDA2.1's token editing; for one GPU, bfloat16",
+           decoders=(("default", "default", ()), ("confidence", "confidence", ()),
+                     ("confidence-quality", "confidence", (("tau", "0.7"), ("edit_tau", "0.5"), ("max_post_steps", "16"))),
+                     ("rps", "rps", ()), ("rps-edit", "rps", (("edit_tau", "0.5"), ("max_post_steps", "16"))))),
     Preset("tiny-moe", {**LLADA2_MINI, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96, "moe_intermediate_size": 32,
                         "num_experts": 16, "n_group": 4, "topk_group": 2, "num_experts_per_tok": 4, "vocab_size": 512,

@@ -40,3 +40,17 @@ def test_moe_preset_report_runs_block_causal_forwards_and_decodes():
     assert [f.tokens_fed for f in r.forwards] == [32 + 32, 32, 32]  # the extent ends at the block: dual = prefix
     assert all(d.tps and d.tps > 0 for d in r.decodes)
     assert "preset tiny-moe: llada2_moe family, d_model 64, 2 layers" in r.format()
+
+
+def test_the_llada21_mini_preset_decodes_with_and_without_token_editing():
+    """llada2.1-mini: LLaDA2.0-mini's shapes; its report decodes LLaDA2.1's Quality mode and RPS with
+    editing beside the decoders without it (run here on tiny-moe's shapes with that preset's decoders)."""
+    from dataclasses import replace
+
+    full = get_preset("llada2.1-mini")
+    assert full.config == get_preset("llada2-mini").config
+    labels = [d[0] for d in full.decoders]
+    assert labels == ["default", "confidence", "confidence-quality", "rps", "rps-edit"]
+    small = replace(get_preset("tiny-moe"), decoders=full.decoders)
+    r = run_preset(small, "cpu", "float32", reps=1, ks=(2,), batches=(1,), caches=("prefix",))
+    assert [d.decoder for d in r.decodes] == labels and all(d.nfe and not d.skipped for d in r.decodes)
