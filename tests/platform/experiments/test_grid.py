@@ -40,7 +40,7 @@ def test_demo_grid_store_and_mlflow_agree(tmp_path):
 
     client, runs = _mlflow_runs(store_dir, "demo")
     assert client.get_experiment_by_name("demo").tags["mlflow.experimentKind"] == "custom_model_development"
-    assert len(runs) == 21 and {r.data.tags[CELL_TAG] for r in runs} == set(expected)
+    assert len(runs) == 24 and {r.data.tags[CELL_TAG] for r in runs} == set(expected)
     for run in runs:
         cell = expected[run.data.tags[CELL_TAG]]
         m, p = run.data.metrics, run.data.params

@@ -89,12 +89,12 @@ def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
         assert job.returncode == 0, (job.stdout + job.stderr)[-4000:]
         assert "succeeded" in job.stdout, job.stdout[-3000:]
         summary = json.loads(next(ln for ln in job.stdout.splitlines() if ln.startswith('{"spec"')))
-        assert (summary["planned"], summary["computed"]) == (21, 21)
+        assert (summary["planned"], summary["computed"]) == (24, 24)
     finally:
         _stop(head)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert not _group_alive(head.pid)  # the head and everything it started is gone
     records = ResultStore(store_dir, "demo").read()
-    assert records.height == 21 and records["error"].null_count() == 21
-    assert records["cell_id"].n_unique() == 21 and (records["nfe"] > 0).all()
+    assert records.height == 24 and records["error"].null_count() == 24
+    assert records["cell_id"].n_unique() == 24 and (records["nfe"] > 0).all()
     assert (store_dir / "mlflow.db").exists()

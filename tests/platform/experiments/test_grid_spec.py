@@ -9,11 +9,12 @@ from ripple.tasks import task_names
 
 BENCHMARKS = ["gsm8k", "math500", "humaneval", "mbpp"]
 PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
+PAPER_DECODERS = ["default", "confidence", "klass", "eb_sampler", "wino", "lopa", "rps"]  # the paper's seven
 
 
 def test_every_shipped_spec_validates():
     assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "llada2", "paper-table1", "rps-ablation",
-                              "rps-tiny"]
+                              "rps-tiny", "sdar"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -23,7 +24,7 @@ def test_every_shipped_spec_validates():
 def test_shipped_specs_have_the_issue_contents():
     demo = load_spec("demo")
     assert {c.model for c in demo.cells} == {"ripple-tiny"} and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
-    assert sorted({c.decoder for c in demo.cells}) == sorted(names()) and len(demo.cells) == 21
+    assert sorted({c.decoder for c in demo.cells}) == sorted(names()) and len(demo.cells) == 3 * len(names()) == 24
     ablation = load_spec("rps-ablation")
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
@@ -34,7 +35,7 @@ def test_shipped_specs_have_the_issue_contents():
     assert sorted({c.task for c in table.cells}) == sorted(BENCHMARKS)
     for model in PAPER_MODELS:  # all seven decoders for each model, RPS once with its tau_pivot
         cells = [c for c in table.cells if c.model == model and c.task == "gsm8k"]
-        assert sorted(c.decoder for c in cells) == sorted(names())
+        assert sorted(c.decoder for c in cells) == sorted(PAPER_DECODERS)
     assert {(c.gen_length, c.block_length) for c in table.cells} == {(256, 32)}
     pivots = {c.model: dict(c.params)["tau_pivot"] for c in table.cells if c.decoder == "rps"}
     assert pivots == {PAPER_MODELS[0]: 0.9, PAPER_MODELS[1]: 0.95}
