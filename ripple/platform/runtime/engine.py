@@ -38,7 +38,8 @@ whole number of blocks and the first decoded block may hold the prompt's tail (m
 `BlockState.fixed`, never decoded nor remasked); a forward sees the canvas only up to the
 current block's end (the extent), with block-causal attention by position ids (query i sees
 key j iff pos_j // B <= pos_i // B); a row decodes ceil((P + G) / B) - P // B blocks, the last
-one in full even past P + G (those positions are decoded, then cut from the output). With
+one in full even past P + G (those positions are decoded, then cut from the output), so G need
+not be a multiple of B (`GenerationConfig.block_aligned`). With
 the extent ending at the block, `prefix` recomputes [bs, be) with finished blocks' keys from
 the block-opening forward, made after their last commit, so it is exact, and `dual` is the
 same window; the opening itself recomputes only the previous block (finished since the last

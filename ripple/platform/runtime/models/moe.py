@@ -21,6 +21,7 @@ the MLP work. `per_expert_loop` is the reference's strategy, kept as the benchma
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
@@ -31,6 +32,20 @@ from torch import nn
 
 
 SCORE_FUNCTIONS = ("sigmoid", "softmax")
+_EXPERT_KEY = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
+
+
+def expert_slot(key: str) -> tuple[str, tuple[int, ...]] | None:
+    """One expert's checkpoint tensor (`model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight`, as
+    LLaDA2 and Qwen3-MoE checkpoints store them) -> our stacked parameter and the index of its slice
+    (`MoE.w_gate_up` [E, 2, I, d], `MoE.w_down` [E, d, I]); None for any other key."""
+    m = _EXPERT_KEY.match(key)
+    if m is None:
+        return None
+    layer, expert, proj = int(m.group(1)), int(m.group(2)), m.group(3)
+    if proj == "down":
+        return f"layers.{layer}.moe.w_down", (expert,)
+    return f"layers.{layer}.moe.w_gate_up", (expert, 0 if proj == "gate" else 1)
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,9 @@ decoding ends after a block that leaves a stop id in the response.
 """
 from __future__ import annotations
 
-import re
-
 from ....errors import RippleError
 from .family import Family, register_family, renamer, require
-from .moe import MoEConfig
+from .moe import MoEConfig, expert_slot
 from .transformer import TransformerConfig
 
 _BLOCK = {
@@ -31,18 +29,11 @@ _BLOCK = {
 _plain = renamer(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$", _BLOCK, {
     "model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight", "lm_head.weight": "head.weight",
 })
-_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 
 
 def _rename(key: str):
     """Checkpoint key -> our name, or (our stacked name, index) for one expert's slice of it."""
-    m = _EXPERT.match(key)
-    if m:
-        layer, expert, proj = int(m.group(1)), int(m.group(2)), m.group(3)
-        if proj == "down":
-            return f"layers.{layer}.moe.w_down", (expert,)
-        return f"layers.{layer}.moe.w_gate_up", (expert, 0 if proj == "gate" else 1)
-    return _plain(key)
+    return expert_slot(key) or _plain(key)
 
 
 def _moe(cfg: dict) -> MoEConfig:
