@@ -116,7 +116,7 @@ def test_every_row_equals_the_metrics_module_through_grid_json_csv_and_mlflow(re
     store, out, grids, printed = real
     rows = _read_csv(out / "leaderboard.csv")
     planned = sum(g["planned"] for g in grids.values())  # one sample per cell: cells = samples
-    assert len(rows) == planned == 48 and str(out / "leaderboard.html") in printed
+    assert len(rows) == planned == 51 and str(out / "leaderboard.html") in printed
     by_key = {(r["experiment"], r["task"], r["decoder"], r["params"]): r for r in rows}
     assert len(by_key) == len(rows)  # one row per decoder setting and experiment
     expected = {}

@@ -25,12 +25,12 @@ def _mlflow_runs(store_dir, experiment):
 def test_demo_grid_store_and_mlflow_agree(tmp_path):
     store_dir = tmp_path / "store"
     out = run_grid("demo", "--limit", "2", "--store", str(store_dir))
-    assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 42, 42, 0)
+    assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 48, 48, 0)
     assert len(out["workers"]) == 2 and len({w["pid"] for w in out["workers"]}) == 2
 
     records = ResultStore(store_dir, "demo").read()
-    assert records.height == 42 and records["error"].null_count() == 42  # every sample, none failed
-    assert records.select(["cell_id", "sample_id"]).n_unique() == 42
+    assert records.height == 48 and records["error"].null_count() == 48  # every sample, none failed
+    assert records.select(["cell_id", "sample_id"]).n_unique() == 48
     assert records["nfe"].min() >= 1 and (records["tps"] > 0).all() and records["worker_id"].n_unique() == 2
     assert set(json.loads(records["versions"][0])) >= {"python", "torch", "ray", "ripple-dllm"}
     by_cell = records.group_by("cell_id").agg(
@@ -66,7 +66,7 @@ def test_demo_grid_store_and_mlflow_agree(tmp_path):
     _every_surface_gives_the_same_numbers(out, records, runs, tmp_path)
 
     again = run_grid("demo", "--limit", "2", "--store", str(store_dir))  # resumes: nothing left to compute
-    assert (again["computed"], again["skipped"]) == (0, 42)
+    assert (again["computed"], again["skipped"]) == (0, 48)
     _, runs_again = _mlflow_runs(store_dir, "demo")
     assert sorted(r.info.run_id for r in runs_again) == sorted(r.info.run_id for r in runs)  # updated, not duplicated
 
