@@ -194,11 +194,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .decoders import build
     from .platform.runtime.engine import Engine, GenerationConfig
     from .platform.experiments.evaluate import completion_text
-    from .platform.runtime.loading import config_mask_id, load_model
+    from .platform.runtime.loading import block_aligned, config_mask_id, load_model
 
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
-                              args.eos_early_stop)
+                              args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length))
     ids = parse_ids(args.input_ids) if args.input_ids is not None else None
     if ids is not None:
         refuse_mask(ids, config_mask_id(args.model))  # before the weights load
@@ -246,12 +246,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .decoders import build
     from .platform.runtime.engine import GenerationConfig
     from .platform.experiments.evaluate import evaluate_cell
-    from .platform.runtime.loading import load_model
+    from .platform.runtime.loading import block_aligned, load_model
     from .tasks import get_task
 
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
-                              args.eos_early_stop)
+                              args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length))
     if args.limit is not None and args.limit < 1:
         raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
     task = get_task(args.task, data_dir=args.data_dir)

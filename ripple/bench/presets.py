@@ -3,8 +3,8 @@
 A preset is a config dict in its family's own `config.json` key set, turned into a model by
 that family's config reader (chosen by `model_type`), exactly as a downloaded checkpoint
 would be: so the `llada-8b` preset has LLaDA-8B-Instruct's shapes (GSAI-ML/LLaDA-8B-Instruct
-config.json) and `llada2-mini` LLaDA2.0-mini's (inclusionAI/LLaDA2.0-mini) without a
-download, and their timings are those of the real models' forwards on this engine. Weights
+config.json), `llada2-mini` LLaDA2.0-mini's (inclusionAI/LLaDA2.0-mini) and `sdar-8b`
+SDAR-8B-Chat's (JetAstra/SDAR training/model/SDAR-8B-Chat/config.json) without a download, and their timings are those of the real models' forwards on this engine. Weights
 are random (normal, std 0.02), initialised directly on the target device in the target dtype,
 so an 8B model never passes through host memory.
 
@@ -47,6 +47,17 @@ LLADA2_MINI: dict[str, Any] = {
 }
 
 
+# JetAstra/SDAR-8B-Chat's config.json (Qwen3-8B's shapes as block diffusion, block_size 4; the keys the
+# sdar family reads, and its token ids: pad and eos are <|endoftext|>)
+SDAR_8B: dict[str, Any] = {
+    "model_type": "sdar", "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+    "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "attention_bias": False, "tie_word_embeddings": False,
+    "max_position_embeddings": 32768, "block_size": 4, "mask_token_id": 151669, "eos_token_id": 151643,
+    "pad_token_id": 151643,
+}
+
+
 @dataclass(frozen=True)
 class Preset:
     """A model shape and the decode geometry a preset report measures it at."""
@@ -74,6 +85,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            192, 64, 32, "make bench's forward model: d_model 512, 8 layers, vocab 32768 (about 50 M parameters)"),
     Preset("llada2-mini", LLADA2_MINI, 64, 256, 32, "LLaDA2.0-mini's shapes (16 B parameters, MoE); for one GPU, "
            "bfloat16"),
+    Preset("sdar-8b", SDAR_8B, 64, 256, 4, "SDAR-8B-Chat's shapes (8.2 B parameters, Qwen3 block diffusion) at its "
+           "block size 4; for one GPU, bfloat16"),
     # inclusionAI/LLaDA2.1-mini keeps LLaDA2.0-mini's llada2_moe shapes; what changes is the decoding
     # rule (token editing), which this preset's report times in the model card's Quality mode
     Preset("llada2.1-mini", LLADA2_MINI, 64, 256, 32, "LLaDA2.1-mini (LLaDA2.0-mini's shapes, 16 B parameters, "

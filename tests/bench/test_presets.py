@@ -33,3 +33,23 @@ def test_the_llada2_mini_preset_has_the_real_models_shapes():
         model = LLADA2.build(cfg)
     norms = 2 * 20 * d + 20 * 2 * 128 + d + 19 * 256  # RMSNorm weights (two a layer, q/k, final); expert_bias
     assert sum(p.numel() for p in model.parameters()) == total + norms  # the module built from the preset
+
+
+def test_the_sdar_8b_preset_has_the_real_models_shapes():
+    import torch
+
+    from ripple.platform.runtime.models.sdar import SDAR
+
+    cfg = SDAR.to_config(PRESETS["sdar-8b"].config)
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.mlp_hidden, cfg.vocab_size) == \
+        (4096, 36, 32, 8, 128, 12288, 151936)
+    assert cfg.qk_norm and cfg.rotary_dim == 128 and cfg.rope_theta == 1e6 and cfg.moe is None
+    d = cfg.d_model
+    total = 2 * 151936 * d + 36 * ((32 + 2 * 8) * 128 * d + 32 * 128 * d + 3 * d * 12288)
+    assert 8.1e9 < total < 8.3e9  # Qwen3-8B / SDAR-8B: 8.2 B parameters
+    with torch.device("meta"):
+        model = SDAR.build(cfg)
+    norms = 36 * (2 * d + 2 * 128) + d  # RMSNorm weights: two a layer, q and k per head, the final one
+    assert sum(p.numel() for p in model.parameters()) == total + norms and model.block_causal
+    p = PRESETS["sdar-8b"]
+    assert (p.gen_length, p.block_length) == (256, 4)

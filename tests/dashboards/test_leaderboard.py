@@ -117,7 +117,7 @@ def test_every_row_equals_the_metrics_module_through_grid_json_csv_and_mlflow(re
     store, out, grids, printed = real
     rows = _read_csv(out / "leaderboard.csv")
     planned = sum(g["planned"] for g in grids.values())  # one sample per cell: cells = samples
-    assert len(rows) == planned == 75 and str(out / "leaderboard.html") in printed
+    assert len(rows) == planned == 81 and str(out / "leaderboard.html") in printed
     by_key = {(r["experiment"], r["task"], r["decoder"], r["params"]): r for r in rows}
     assert len(by_key) == len(rows)  # one row per decoder setting and experiment
     expected = {}
@@ -153,7 +153,7 @@ def test_demo_runs_carry_their_task_as_an_mlflow_dataset_input(real):
     client = MlflowClient(tracking_uri=tracking_uri(store))
     runs = client.search_runs([client.get_experiment_by_name("demo").experiment_id], max_results=1000)
     records = ResultStore(store, "demo").read()
-    assert len(runs) == grids["demo"]["planned"] == 48
+    assert len(runs) == grids["demo"]["planned"] == 54
     for run in runs:
         (inp,) = run.inputs.dataset_inputs
         ids = records.filter(pl.col("cell_id") == run.data.tags["ripple_cell_id"])["sample_id"].sort().to_list()
@@ -174,7 +174,7 @@ def test_the_page_in_headless_chromium_sorts_by_a_clicked_header_without_console
         tables = browser.js("document.querySelectorAll('table.sortable').length")
         rows = browser.js("document.querySelectorAll('table.sortable tbody tr').length")
         plots = browser.js("Array.from(document.querySelectorAll('img.plot')).map(i => i.naturalWidth)")
-        assert tables == 6 and rows == 75 and len(plots) == 6 and all(w > 300 for w in plots)  # a plot per model and task
+        assert tables == 6 and rows == 81 and len(plots) == 6 and all(w > 300 for w in plots)  # a plot per model and task
         col = browser.js("Array.from(document.querySelector('table.sortable').tHead.rows[0].cells)"
                          ".map(c => c.textContent).indexOf('TPF')")
         read = (f"Array.from(document.querySelector('table.sortable').tBodies[0].rows)"

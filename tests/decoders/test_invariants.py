@@ -174,7 +174,7 @@ def test_stop_at_eos():
 
 
 def test_registry_lists_decoders_in_display_order():
-    shipped = ["default", "confidence", "klass", "eb_sampler", "wino", "lopa", "rps"]
+    shipped = ["default", "confidence", "sequential", "klass", "eb_sampler", "wino", "lopa", "rps"]
     assert [n for n in names() if n in shipped] == shipped  # other modules dropped into the package may add more
 
 
@@ -252,7 +252,7 @@ TINY_DECODERS = DECODERS + [("eb_sampler", {"gamma": "2.5", "order": "confidence
                             ("rps", {}), ("rps", {"tau_pivot": "0.3", "k_max": "5", "r": "0.05"})]
 
 
-@pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny", "llada2-tiny"])
+@pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny", "llada2-tiny", "sdar-tiny"])
 def tiny(request, golden):
     from ripple.platform.runtime.loading import load_model
 
@@ -262,7 +262,7 @@ def tiny(request, golden):
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("name,settings", TINY_DECODERS)
 def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
-    """Every decoder with every cache policy on both families' golden checkpoints."""
+    """Every decoder with every cache policy on every family's golden checkpoint."""
     prompts = [[12, 40, 77, 3, 90, 15], [5, 9, 33]]
     cfg = GenerationConfig(gen_length=16, block_length=8, cache=cache)
 
@@ -275,7 +275,7 @@ def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
         eng, model = engine()
         events = []
         out = eng.generate([p], build(name, settings), cfg, trace=events.append)[0]
-        if tiny.model.block_causal:  # LLaDA2: blocks from position 0, the prompt's tail in the first one
+        if tiny.model.block_causal:  # LLaDA2, SDAR: blocks from position 0, the prompt's tail in the first one
             check_invariants(out, events, model.calls, blocks=None, block_length=8, shift=0, mask=tiny.mask_id,
                              lead=len(p) % 8, max_blocks=3, eos=tiny.eos_ids)
         else:

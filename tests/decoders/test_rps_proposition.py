@@ -1,6 +1,7 @@
 """Proposition 1 of the RPS paper (entropy-certified parallelism) on ripple-tiny's real distributions."""
 import math
 
+import pytest
 import torch
 
 from ripple.decoders.rps import RPS, RPSParams, entropy
@@ -37,10 +38,11 @@ def test_entropy_certified_lower_bound_on_next_step_commits():
     check_bound(decoder.seen)
 
 
-def test_entropy_certified_lower_bound_on_llada2(golden):
-    """The same bound on the block-diffusion MoE family (random llada2-tiny; lookaheads under block-causal
-    attention, the first block holding the prompt's tail)."""
-    lm = load_model(str(golden / "llada2-tiny"), "float32", "cpu")
+@pytest.mark.parametrize("checkpoint", ["llada2-tiny", "sdar-tiny"])
+def test_entropy_certified_lower_bound_on_block_diffusion(golden, checkpoint):
+    """The same bound on the block-diffusion families (random llada2-tiny, MoE; random sdar-tiny, Qwen3;
+    lookaheads under block-causal attention, the first block holding the prompt's tail)."""
+    lm = load_model(str(golden / checkpoint), "float32", "cpu")
     engine = Engine.from_loaded(lm)
     decoder = Recording(RPSParams(tau_pivot=0.3, r=0.05))
     g = torch.Generator().manual_seed(0)

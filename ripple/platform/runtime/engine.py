@@ -38,7 +38,8 @@ whole number of blocks and the first decoded block may hold the prompt's tail (m
 `BlockState.fixed`, never decoded nor remasked); a forward sees the canvas only up to the
 current block's end (the extent), with block-causal attention by position ids (query i sees
 key j iff pos_j // B <= pos_i // B); a row decodes ceil((P + G) / B) - P // B blocks, the last
-one in full even past P + G (those positions are decoded, then cut from the output). With
+one in full even past P + G (those positions are decoded, then cut from the output), so G need
+not be a multiple of B (`GenerationConfig.block_aligned`). With
 the extent ending at the block, `prefix` recomputes [bs, be) with finished blocks' keys from
 the block-opening forward, made after their last commit, so it is exact, and `dual` is the
 same window; the opening itself recomputes only the previous block (finished since the last
@@ -76,15 +77,15 @@ class GenerationConfig:
     cache: str = "none"
     stop_at_eos: bool = False  # stop after a block that committed EOS (earlier positions decoded)
     eos_early_stop: bool = False  # stop right after a decision that completes the response up to an EOS
+    # for a block-diffusion family (blocks aligned to position 0, the last decoded in full), whose
+    # gen_length need not be a multiple of block_length, as its reference allows
+    block_aligned: bool = False
 
     def __post_init__(self):
         if self.gen_length <= 0 or self.block_length <= 0:
             raise RippleError(f"gen_length and block_length must be positive, got {self.gen_length} and {self.block_length}")
-        if self.gen_length % self.block_length:
-            raise RippleError(
-                f"gen_length {self.gen_length} is not divisible by block_length {self.block_length}; "
-                f"accepted block lengths: {', '.join(str(d) for d in _divisors(self.gen_length))}"
-            )
+        if self.gen_length % self.block_length and not self.block_aligned:
+            raise _indivisible(self.gen_length, self.block_length)
         if self.cache not in CACHE_POLICIES:
             raise RippleError(f"unknown cache policy {self.cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
 
@@ -99,8 +100,10 @@ def _check_plan(dec: Scheduler, plan) -> None:
         raise RippleError(f"decoder {dec.name!r} planned token edits but does not declare edits_tokens")
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _indivisible(gen_length: int, block_length: int) -> RippleError:
+    divisors = (d for d in range(1, gen_length + 1) if gen_length % d == 0)
+    return RippleError(f"gen_length {gen_length} is not divisible by block_length {block_length}; "
+                       f"accepted block lengths: {', '.join(map(str, divisors))}")
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,8 @@ class Engine:
                 f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                 f"supported: {', '.join(decoder.supported_caches)}"
             )
+        if config.gen_length % config.block_length and not self.block_causal:
+            raise _indivisible(config.gen_length, config.block_length)
         run = _Run(self, prompts, decoder, config, trace, observe)
         return run.execute()
 

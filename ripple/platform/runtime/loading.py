@@ -347,6 +347,14 @@ def special_ids(cfg: dict, path: Path, tokenizer) -> tuple[int, tuple[int, ...],
     return int(mask_id), eos_ids, int(pad)
 
 
+def block_aligned(name: str, gen_length: int, block_length: int) -> bool:
+    """Whether a gen_length that is no multiple of block_length is fine for this model: a block-diffusion
+    family's (read from config.json before any weights load; only asked when they do not divide)."""
+    if block_length <= 0 or gen_length % block_length == 0:
+        return False
+    return get_family(read_config(resolve_model_dir(name))["model_type"]).block_causal
+
+
 def config_mask_id(name: str) -> int | None:
     """The mask id config.json declares, read before any weights load (None: only the tokenizer names it)."""
     mask_id = read_config(resolve_model_dir(name)).get("mask_token_id")

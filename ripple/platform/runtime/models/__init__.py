@@ -2,5 +2,5 @@
 from __future__ import annotations
 
 from .family import Family, get_family, registered_families  # noqa: F401
-from . import llada, dream, llada2  # noqa: F401  (register)
+from . import llada, dream, llada2, sdar  # noqa: F401  (register)
 from .transformer import DiffusionTransformer, ForwardOutput, KVCache, TransformerConfig  # noqa: F401

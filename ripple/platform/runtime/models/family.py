@@ -24,7 +24,7 @@ class Family:
     # excluded) before the decoder's first step, as the family's reference block decoding does;
     # required when shift > 0, so that no later forward needs the row before the block
     opening_commit: bool = False
-    # block diffusion (LLaDA2): blocks aligned to absolute position 0 (the first decoded block may
+    # block diffusion (LLaDA2, SDAR): blocks aligned to absolute position 0 (the first decoded block may
     # hold the prompt's tail), a forward sees the canvas only up to the current block's end under
     # block-causal attention (query i sees key j iff j // B <= i // B in positions), and the last
     # block is decoded in full even past prompt + gen_length (ripple/platform/runtime/engine.py)

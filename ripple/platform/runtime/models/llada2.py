@@ -19,7 +19,7 @@ import re
 
 from ....errors import RippleError
 from .family import Family, register_family, renamer, require
-from .moe import MoEConfig
+from .moe import MoEConfig, expert_slot
 from .transformer import TransformerConfig
 
 _ATTN = {"attention.query_key_value": "attn.qkv", "attention.dense": "attn.o",
@@ -31,18 +31,14 @@ _ATTN = {"attention.query_key_value": "attn.qkv", "attention.dense": "attn.o",
 _TOP = {"model.word_embeddings.weight": "embed.weight", "model.norm.weight": "norm.weight",
         "lm_head.weight": "head.weight"}
 _plain = renamer(r"^model\.layers\.(\d+)\.(.+)\.(weight|bias)$", _ATTN, _TOP)
-_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 _EXPERT_BIAS = re.compile(r"^model\.layers\.(\d+)\.mlp\.gate\.expert_bias$")
 
 
 def _rename(key: str):
     """Checkpoint key -> our name, or (our stacked name, index) for one expert's slice of it."""
-    m = _EXPERT.match(key)
-    if m:
-        layer, expert, proj = int(m.group(1)), int(m.group(2)), m.group(3)
-        if proj == "down":
-            return f"layers.{layer}.moe.w_down", (expert,)
-        return f"layers.{layer}.moe.w_gate_up", (expert, 0 if proj == "gate" else 1)
+    slot = expert_slot(key)
+    if slot is not None:
+        return slot
     m = _EXPERT_BIAS.match(key)
     if m:
         return f"layers.{m.group(1)}.moe.expert_bias"

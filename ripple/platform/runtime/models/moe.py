@@ -1,10 +1,14 @@
-"""The mixture-of-experts MLP of LLaDA2.x (inclusionAI's `LLaDA2MoeSparseMoeBlock`).
+"""The mixture-of-experts MLP of LLaDA2.x (inclusionAI's `LLaDA2MoeSparseMoeBlock`) and of
+SDAR-30B-A3B (Qwen3-MoE's sparse block); only the routing differs.
 
-Routing, as the reference computes it: router logits in float32, sigmoid scores; experts
-are *selected* on scores + expert_bias (a group's score is the sum of its two best biased
-scores, the `topk_group` best groups are kept, then the top-k experts among them) but
-*weighted* by the unbiased scores, normalised to sum 1 and times `routed_scaling_factor`;
-the shared expert is added unweighted.
+LLaDA2 routing (`score_function` "sigmoid"), as the reference computes it: router logits in
+float32, sigmoid scores; experts are *selected* on scores + expert_bias (a group's score is
+the sum of its two best biased scores, the `topk_group` best groups are kept, then the top-k
+experts among them) but *weighted* by the unbiased scores, normalised to sum 1 and times
+`routed_scaling_factor`; the shared expert is added unweighted.
+Qwen3-MoE routing ("softmax"): softmax of the router logits in float32, the top-k experts
+by that probability, their weights renormalised to sum 1 when `norm_topk` (the config's
+`norm_topk_prob`); no groups, bias, scaling or shared expert.
 
 Why not the reference's expert loop: it copies the per-expert token counts to the host in
 every layer (`.cpu().numpy()`, then `.item()` per expert) to slice the sorted tokens, so a
@@ -17,6 +21,7 @@ the MLP work. `per_expert_loop` is the reference's strategy, kept as the benchma
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
@@ -24,6 +29,23 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+SCORE_FUNCTIONS = ("sigmoid", "softmax")
+_EXPERT_KEY = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
+
+
+def expert_slot(key: str) -> tuple[str, tuple[int, ...]] | None:
+    """One expert's checkpoint tensor (`model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight`, as
+    LLaDA2 and Qwen3-MoE checkpoints store them) -> our stacked parameter and the index of its slice
+    (`MoE.w_gate_up` [E, 2, I, d], `MoE.w_down` [E, d, I]); None for any other key."""
+    m = _EXPERT_KEY.match(key)
+    if m is None:
+        return None
+    layer, expert, proj = int(m.group(1)), int(m.group(2)), m.group(3)
+    if proj == "down":
+        return f"layers.{layer}.moe.w_down", (expert,)
+    return f"layers.{layer}.moe.w_gate_up", (expert, 0 if proj == "gate" else 1)
 
 
 @dataclass(frozen=True)
@@ -35,6 +57,8 @@ class MoEConfig:
     hidden: int  # one expert's intermediate size
     n_shared: int  # shared experts (one MLP of hidden * n_shared); 0 for none
     routed_scaling: float
+    score_function: str = "sigmoid"  # one of SCORE_FUNCTIONS: LLaDA2's grouped sigmoid, Qwen3-MoE's softmax
+    norm_topk: bool = True  # softmax routing: renormalise the chosen k weights to sum 1
 
     def problems(self) -> list[str]:
         """What makes this routing impossible (empty when it works), for a one-line config error."""
@@ -42,7 +66,13 @@ class MoEConfig:
         for name in ("n_experts", "top_k", "n_group", "topk_group", "hidden"):
             if getattr(self, name) < 1:
                 out.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.score_function not in SCORE_FUNCTIONS:
+            out.append(f"score_function {self.score_function!r} is unknown; accepted: {', '.join(SCORE_FUNCTIONS)}")
         if out:
+            return out
+        if self.score_function == "softmax":
+            if self.top_k > self.n_experts:
+                out.append(f"num_experts_per_tok {self.top_k} exceeds num_experts {self.n_experts}")
             return out
         if self.n_experts % self.n_group:
             out.append(f"num_experts {self.n_experts} is not divisible by n_group {self.n_group}")
@@ -91,8 +121,8 @@ class MoE(nn.Module):
         self.cfg = cfg
         E, I = cfg.n_experts, cfg.hidden
         self.router = nn.Linear(d_model, E, bias=False)
-        # selection bias (aux-loss-free balancing); the checkpoint's buffer, stored in the model dtype
-        self.expert_bias = nn.Parameter(torch.zeros(E))
+        # LLaDA2's selection bias (aux-loss-free balancing); the checkpoint's buffer, stored in the model dtype
+        self.expert_bias = nn.Parameter(torch.zeros(E)) if cfg.score_function == "sigmoid" else None
         # experts stacked for the grouped GEMM: [expert, gate | up, I, d], viewed as [E, 2I, d]
         self.w_gate_up = nn.Parameter(torch.empty(E, 2, I, d_model))
         self.w_down = nn.Parameter(torch.empty(E, d_model, I))  # [E, d, I]
@@ -109,6 +139,9 @@ class MoE(nn.Module):
         cfg = self.cfg
         T = x.shape[0]
         logits = F.linear(x.float(), self.router.weight.float())  # [T, E]
+        if cfg.score_function == "softmax":  # Qwen3-MoE
+            w, idx = torch.softmax(logits, dim=-1).topk(cfg.top_k, dim=-1)  # [T, k] each
+            return idx, (w / w.sum(-1, keepdim=True) if cfg.norm_topk else w)
         scores = torch.sigmoid(logits)
         biased = scores + self.expert_bias  # selection only
         groups = biased.view(T, cfg.n_group, -1).topk(2, dim=-1).values.sum(-1)  # [T, G]
