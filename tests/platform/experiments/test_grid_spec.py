@@ -206,8 +206,8 @@ def test_batch_size_is_a_spec_key_and_a_flag_but_no_part_of_any_cell_id(tmp_path
 
 
 def test_settings_added_later_keep_earlier_cell_ids():
-    """A cell at eos_early_stop off and confidence steps 0 hashes as before those settings existed, so
-    stores written before them resume; turning either on makes a new cell."""
+    """A cell at eos_early_stop off and confidence steps 0, k 1, edit_tau 1.0 and max_post_steps 0 hashes as
+    before those settings existed, so stores written before them resume; turning one on makes a new cell."""
     import hashlib
 
     import yaml
@@ -218,7 +218,8 @@ def test_settings_added_later_keep_earlier_cell_ids():
     spec = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")), "t")
     cell = spec.cells[0]
     before = {k: v for k, v in cell.settings.items() if k != "eos_early_stop"}
-    before["params"] = {k: v for k, v in before["params"].items() if k != "steps"}
+    before["params"] = {k: v for k, v in before["params"].items()  # steps, k, edit_tau, max_post_steps came later
+                        if k not in ("steps", "k", "edit_tau", "max_post_steps")}
     assert cell.cell_id == hashlib.sha256(dumps(before).encode()).hexdigest()[:16]
     early = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")
                                       + "eos_early_stop: true\n"), "t").cells[0]
