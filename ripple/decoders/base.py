@@ -198,6 +198,15 @@ def top1(state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, state.probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
+def step_quota(state: BlockState, steps: int) -> int:
+    """Commits step `state.step` of a block owes under an S-step schedule (S = 0: one per step),
+    at least one and at most the masks left: block_length // S, plus one for the first
+    block_length mod S steps."""
+    L = state.tokens.shape[0]
+    k = L // steps + (1 if state.step < L % steps else 0) if steps > 0 else 1
+    return max(1, min(k, int(state.masked.sum())))
+
+
 def top_prob(probs: torch.Tensor, mask_id: int) -> torch.Tensor:
     """Probability of the top-1 token other than the mask id, `greedy`'s confidence: [..., V] -> [...]."""
     keep = torch.ones(probs.shape[-1], dtype=torch.bool, device=probs.device)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import RippleError
-from .base import BlockState, Commit, Plan, Scheduler, greedy, top1_index
+from .base import BlockState, Commit, Plan, Scheduler, greedy, step_quota, top1_index
 from .editing import TokenEditing, edit_tau_hp, max_post_steps_hp
 from .params import HyperParams, hp
 from .registry import register
@@ -76,8 +76,7 @@ class Confidence(TokenEditing, Scheduler):
         if self.params.factor > 0:
             return self._factor(state)
         if self.params.steps > 0:
-            L, S = state.tokens.shape[0], self.params.steps
-            return self._at_least(state, L // S + (1 if state.step < L % S else 0))
+            return self._at_least(state, step_quota(state, self.params.steps))
         if self.params.k > 1:
             return self._at_least(state, self.params.k)
         return threshold_commit(state, self.params.tau)

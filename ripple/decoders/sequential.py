@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import BlockState, Commit, Plan, Scheduler, greedy
+from .base import BlockState, Commit, Plan, Scheduler, greedy, step_quota
 from .params import HyperParams, hp
 from .registry import register
 
@@ -21,15 +21,6 @@ from .registry import register
 class SequentialParams(HyperParams):
     steps: int = hp(0, 0, None, doc="> 0: block_length // steps leftmost commits per step (+1 for the first "
                     "block_length % steps steps); 0: one per step")
-
-
-def step_quota(state: BlockState, steps: int) -> int:
-    """Commits step `state.step` of a block owes under an S-step schedule (S = 0: one per step),
-    at least one and at most the masks left: block_length // S, plus one for the first
-    block_length mod S steps."""
-    L = state.tokens.shape[0]
-    k = L // steps + (1 if state.step < L % steps else 0) if steps > 0 else 1
-    return max(1, min(k, int(state.masked.sum())))
 
 
 @register
