@@ -464,8 +464,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=int, default=None, help="evaluate the first N test examples")
     e.add_argument("--data-dir", default=None, help="local benchmark data laid out like ../shared/data "
                    "(default: $RIPPLE_DATA_DIR, else the Hugging Face hub)")
-    e.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template "
-                   "(lm-eval's --apply_chat_template)")
+    e.add_argument("--chat", nargs="?", const="multiturn", default=None, choices=("multiturn", "singleturn"),
+                   help="wrap each prompt in the model's chat template as lm-eval 0.4.13's --apply_chat_template "
+                        "does: multiturn (default: each few-shot example its own turn) or singleturn "
+                        "(--fewshot_as_multiturn false: the whole prompt as one user turn)")
     e.add_argument("--samples-out", metavar=FILE, help="also write one JSON line per sample")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
