@@ -21,6 +21,7 @@ humaneval and mbpp tasks read a local data directory laid out like ../shared/dat
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -107,7 +108,12 @@ class RippleLM(LM):
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise RippleError(f"model_args seed must be an integer, got {seed!r}")
         self.seed = seed
-        self.lm = load_model(str(pretrained), dtype=str(dtype), device=str(device or "auto"))
+        device = str(device or "auto")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            # the harness's CLI passes its default device (cuda:0) when none is given; like its HF model, use the CPU
+            logging.getLogger(__name__).warning("device %s is not available here; using the CPU", device)
+            device = "cpu"
+        self.lm = load_model(str(pretrained), dtype=str(dtype), device=device)
         if self.lm.tokenizer is None:
             raise RippleError(f"model {pretrained!r} has no tokenizer; the harness sends text")
         self.tokenizer = self.lm.tokenizer
