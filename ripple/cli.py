@@ -284,6 +284,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _option(argv: Sequence[str], name: str) -> str | None:
+    """The value of `name` in an argument list (`name value` or `name=value`), or None."""
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.partition("=")[2]
+    return None
+
+
 def cmd_lm_eval(argv: Sequence[str]) -> int:
     """lm-evaluation-harness's CLI with `--model ripple` available (module harness.py says why a wrapper)."""
     try:
@@ -291,9 +301,13 @@ def cmd_lm_eval(argv: Sequence[str]) -> int:
     except ImportError:
         raise RippleError("lm-evaluation-harness is not installed; pip install 'ripple-dllm[lmeval]' "
                           "(make test installs it)") from None
-    from .platform.experiments.harness import RippleLM, task_configs
+    from .platform.experiments.harness import MODEL_NAME, RippleLM, check_model_args, task_configs
 
     argv, data_dir = list(argv), None
+    if _option(argv, "--model") == MODEL_NAME and isinstance(_option(argv, "--model_args"), str):
+        from lm_eval.utils import simple_parse_args_string
+
+        check_model_args(**simple_parse_args_string(_option(argv, "--model_args")))  # before the harness's slow start
     for i, arg in enumerate(argv):
         if arg == "--data-dir" or arg.startswith("--data-dir="):
             data_dir = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")

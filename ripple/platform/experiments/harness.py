@@ -42,12 +42,12 @@ from ...tasks import gsm8k, humaneval, math500, mbpp
 from ...tasks.base import cut_at_stops
 from ...tasks.prompting import encode_text
 from ..runtime.engine import Engine, GenerationConfig
-from ..runtime.loading import load_model
+from ..runtime.loading import load_model, resolve_model_dir
 
 MODEL_NAME = "ripple"
 # model_args besides the decoder's hyperparameters (the harness adds batch_size, max_batch_size, device)
 MODEL_ARGS = ("pretrained", "decoder", "gen_length", "block_length", "cache", "dtype", "device", "batch_size",
-              "max_batch_size", "stop_at_eos", "eos_early_stop", "mc_num", "mc_batch", "seed")
+              "stop_at_eos", "eos_early_stop", "mc_num", "mc_batch", "seed")
 
 
 @dataclass(frozen=True)
@@ -73,54 +73,72 @@ def _flag(key: str, value: Any) -> bool:
     return value
 
 
+@dataclass(frozen=True)
+class ModelArgs:
+    """Checked model_args: everything but the weights."""
+
+    pretrained: str
+    decoder: Any  # a built Scheduler
+    config: GenerationConfig
+    dtype: str
+    device: str
+    batch_size: int
+    mc_num: int
+    mc_batch: int
+    seed: int
+
+
+def check_model_args(pretrained: str = "ripple-tiny", decoder: str = "default", gen_length: int = 256,
+                     block_length: int = 32, cache: str = "none", dtype: str = "auto", device: str | None = None,
+                     batch_size: int | str = 1, max_batch_size: int | None = None, stop_at_eos: bool = False,
+                     eos_early_stop: bool = False, mc_num: int = 128, mc_batch: int = 32, seed: int = 1234,
+                     **params: Any) -> ModelArgs:
+    """Every model_arg checked without loading weights (`ripple lm-eval` runs this before the harness
+    indexes its tasks, so a typo costs nothing); a problem is one RippleError line."""
+    cls = decoder_class(str(decoder))
+    fields = cls.Params.fields_by_name()
+    unknown = [k for k in params if k not in fields]
+    if unknown:
+        raise RippleError(f"unknown model_args key {unknown[0]!r}; accepted: {', '.join(MODEL_ARGS)}, "
+                          f"and decoder {decoder}'s hyperparameters: {', '.join(fields) or '(none)'}")
+    built = cls(cls.Params.from_strings(str(decoder), {k: str(v) for k, v in params.items()}))
+    if isinstance(batch_size, str) and batch_size.isdigit():
+        batch_size = int(batch_size)
+    config = GenerationConfig(_positive_int("gen_length", gen_length), _positive_int("block_length", block_length),
+                              str(cache), _flag("stop_at_eos", stop_at_eos), _flag("eos_early_stop", eos_early_stop))
+    if config.cache not in built.supported_caches:
+        raise RippleError(f"decoder {decoder!r} does not support cache {cache!r}; "
+                          f"supported: {', '.join(built.supported_caches)}")
+    if _positive_int("mc_num", mc_num) % _positive_int("mc_batch", mc_batch):
+        raise RippleError(f"model_args mc_num ({mc_num}) must be a multiple of mc_batch ({mc_batch})")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise RippleError(f"model_args seed must be an integer, got {seed!r}")
+    device = str(device or "auto")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        # the harness's CLI passes its default device (cuda:0) when none is given; like its HF model, use the CPU
+        logging.getLogger(__name__).warning("device %s is not available here; using the CPU", device)
+        device = "cpu"
+    resolve_model_dir(str(pretrained))  # a missing checkpoint is named now
+    return ModelArgs(str(pretrained), built, config, str(dtype), device, _positive_int("batch_size", batch_size),
+                     mc_num, mc_batch, seed)
+
+
 @register_model(MODEL_NAME)
 class RippleLM(LM):
     """`lm_eval --model ripple --model_args pretrained=M,decoder=D,gen_length=G,block_length=B,...`"""
 
     instances: list["RippleLM"] = []  # every one made in this process, for the summary `ripple lm-eval` prints
 
-    def __init__(self, pretrained: str = "ripple-tiny", decoder: str = "default", gen_length: int = 256,
-                 block_length: int = 32, cache: str = "none", dtype: str = "auto", device: str | None = None,
-                 batch_size: int | str = 1, max_batch_size: int | None = None, stop_at_eos: bool = False,
-                 eos_early_stop: bool = False, mc_num: int = 128, mc_batch: int = 32, seed: int = 1234,
-                 **params: Any) -> None:
+    def __init__(self, **model_args: Any) -> None:
         super().__init__()
-        # Everything is checked before the weights load, so bad model_args cost nothing.
-        cls = decoder_class(str(decoder))
-        fields = cls.Params.fields_by_name()
-        unknown = [k for k in params if k not in fields]
-        if unknown:
-            raise RippleError(f"unknown model_args key {unknown[0]!r}; accepted: {', '.join(MODEL_ARGS[:-1])}, "
-                              f"seed, and decoder {decoder}'s hyperparameters: {', '.join(fields) or '(none)'}")
-        self.decoder = cls(cls.Params.from_strings(str(decoder), {k: str(v) for k, v in params.items()}))
-        if isinstance(batch_size, str) and batch_size.isdigit():
-            batch_size = int(batch_size)
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.config = GenerationConfig(_positive_int("gen_length", gen_length),
-                                       _positive_int("block_length", block_length), str(cache),
-                                       _flag("stop_at_eos", stop_at_eos), _flag("eos_early_stop", eos_early_stop))
-        if self.config.cache not in self.decoder.supported_caches:
-            raise RippleError(f"decoder {decoder!r} does not support cache {cache!r}; "
-                              f"supported: {', '.join(self.decoder.supported_caches)}")
-        self.mc_num, self.mc_batch = _positive_int("mc_num", mc_num), _positive_int("mc_batch", mc_batch)
-        if self.mc_num % self.mc_batch:
-            raise RippleError(f"model_args mc_num ({mc_num}) must be a multiple of mc_batch ({mc_batch})")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise RippleError(f"model_args seed must be an integer, got {seed!r}")
-        self.seed = seed
-        device = str(device or "auto")
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            # the harness's CLI passes its default device (cuda:0) when none is given; like its HF model, use the CPU
-            logging.getLogger(__name__).warning("device %s is not available here; using the CPU", device)
-            device = "cpu"
-        self.lm = load_model(str(pretrained), dtype=str(dtype), device=device)
+        checked = check_model_args(**model_args)
+        self.decoder, self.config, self.batch_size = checked.decoder, checked.config, checked.batch_size
+        self.mc_num, self.mc_batch, self.seed = checked.mc_num, checked.mc_batch, checked.seed
+        self.lm = load_model(checked.pretrained, dtype=checked.dtype, device=checked.device)
         if self.lm.tokenizer is None:
-            raise RippleError(f"model {pretrained!r} has no tokenizer; the harness sends text")
+            raise RippleError(f"model {checked.pretrained!r} has no tokenizer; the harness sends text")
         self.tokenizer = self.lm.tokenizer
         self.engine = Engine.from_loaded(self.lm)
-        self.settings = {"model": str(pretrained), "decoder": self.decoder.name,
-                         "params": self.decoder.params.to_dict(), "gen_length": self.config.gen_length,
-                         "block_length": self.config.block_length, "cache": self.config.cache}
         self.stats: dict[str, list[SampleStats]] = {}  # task name -> its generated requests' stats
         RippleLM.instances.append(self)
 

@@ -17,7 +17,7 @@ from ripple.platform.experiments.harness import RippleLM, draw_masks, mc_loglike
 from ripple.platform.runtime.engine import GenerationConfig
 from ripple.platform.runtime.loading import load_model
 from ripple.tasks import get_task
-from tests.harness_tools import HARNESS_TASKS, harness_env
+from tests.harness_tools import HARNESS_TASKS, METRICS, harness_env
 
 SETTINGS = {"gen_length": 16, "block_length": 8, "cache": "dual"}
 PASSED = {"gsm8k": ("strict-match", "exact_match"), "minerva_math500": ("none", "math_verify"),
@@ -30,13 +30,15 @@ def include(shared, tmp_path_factory):
 
 
 def _evaluate(lm, tasks, include, limit, **kwargs):
-    """The harness's own `simple_evaluate` on Ripple's local task YAMLs, samples logged."""
+    """The harness's own `simple_evaluate`, samples logged: on task objects (the session's, built from
+    Ripple's local task YAMLs) or task names found in `include`."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     with harness_env():
+        manager = TaskManager(include_path=include, include_defaults=False)  # never index every packaged task
         return simple_evaluate(model=lm, tasks=tasks, limit=limit, log_samples=True, confirm_run_unsafe_code=True,
-                               task_manager=TaskManager(include_path=include, include_defaults=False), **kwargs)
+                               task_manager=manager, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -45,21 +47,20 @@ def tiny():
 
 
 @pytest.mark.slow
-def test_the_harness_and_ripple_eval_agree_problem_by_problem(include, tiny, shared):
+def test_the_harness_and_ripple_eval_agree_problem_by_problem(harness_tasks, include, tiny, shared):
     args = "pretrained=ripple-tiny,decoder=confidence,tau=0.5," + ",".join(f"{k}={v}" for k, v in SETTINGS.items())
-    limits = {"gsm8k": 1, "minerva_math500": 1, "humaneval": 2, "mbpp": 2}
-    decoder = build("confidence", {"tau": "0.5"})
-    config = GenerationConfig(**SETTINGS)
+    counts = {"gsm8k": 1, "minerva_math500": 1, "humaneval": 2, "mbpp": 2}
+    out = _evaluate("ripple", [harness_tasks[name][0] for name in counts], include, None, model_args=args,
+                    samples={name: list(range(n)) for name, n in counts.items()})
+    decoder, config = build("confidence", {"tau": "0.5"}), GenerationConfig(**SETTINGS)
     compared = 0
-    for name, limit in limits.items():
-        out = _evaluate("ripple", [name], include, limit, model_args=args)
+    for name, n in counts.items():
         key, metric = PASSED[name]
         samples = sorted((s for s in out["samples"][name] if s["filter"] == key), key=lambda s: s["doc_id"])
-        cell = evaluate_cell(tiny, get_task(HARNESS_TASKS[name], data_dir=shared / "data"), decoder, config,
-                             limit=limit, progress=False)
-        examples = get_task(HARNESS_TASKS[name], data_dir=shared / "data").examples("test", limit)
-        assert len(samples) == len(cell.samples) == limit
-        for sample, ours, ex in zip(samples, cell.samples, examples):
+        task = get_task(HARNESS_TASKS[name], data_dir=shared / "data")
+        cell = evaluate_cell(tiny, task, decoder, config, limit=n, progress=False)
+        assert len(samples) == len(cell.samples) == n
+        for sample, ours, ex in zip(samples, cell.samples, task.examples("test", n)):
             context, kwargs = sample["arguments"][0]
             assert context == ex.prompt
             assert sample["resps"][0][0] == ours.completion, (name, ex.id)
@@ -70,10 +71,10 @@ def test_the_harness_and_ripple_eval_agree_problem_by_problem(include, tiny, sha
 
 
 @pytest.mark.slow
-def test_every_decoder_runs_through_the_harness_with_nfe_and_tpf_logged(include):
+def test_every_decoder_runs_through_the_harness_with_nfe_and_tpf_logged(harness_tasks, include):
     for name in names():
         lm = RippleLM(pretrained="ripple-tiny", decoder=name, gen_length=8, block_length=8, cache="none")
-        out = _evaluate(lm, ["humaneval"], include, 1)
+        out = _evaluate(lm, [harness_tasks["humaneval"][0]], include, 1)
         (sample,) = out["samples"]["humaneval"]
         stats = sample["arguments"][0][1]["ripple"]
         assert stats["nfe"] >= 1 and stats["tpf"] == stats["generated_tokens"] / stats["nfe"], name
@@ -83,8 +84,9 @@ def test_every_decoder_runs_through_the_harness_with_nfe_and_tpf_logged(include)
 
 def _cli(*args):
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_ALLOW_CODE_EVAL": "1"}
+    # run where evaluate.load("code_eval") finds the offline stand-in (harness_tools)
     return subprocess.run([sys.executable, "-m", "ripple.cli", "lm-eval", *args], capture_output=True, text=True,
-                          env=env, timeout=600)
+                          env=env, timeout=600, cwd=METRICS)
 
 
 @pytest.mark.slow
@@ -119,7 +121,6 @@ def test_bad_model_args_are_one_clear_error(model_args, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.slow
 def test_bad_model_args_through_the_cli_are_one_line_and_exit_2():
     proc = _cli("--model", "ripple", "--model_args", "pretrained=ripple-tiny,decoder=rps,tau=7", "--tasks", "humaneval",
                 "--limit", "1", "--confirm_run_unsafe_code")
