@@ -49,7 +49,7 @@ def tiny():
 @pytest.mark.slow
 def test_the_harness_and_ripple_eval_agree_problem_by_problem(harness_tasks, include, tiny, shared):
     args = "pretrained=ripple-tiny,decoder=confidence,tau=0.5," + ",".join(f"{k}={v}" for k, v in SETTINGS.items())
-    counts = {"gsm8k": 1, "minerva_math500": 1, "humaneval": 2, "mbpp": 2}
+    counts = {"gsm8k": 1, "minerva_math500": 1, "humaneval": 2, "mbpp": 1}
     out = _evaluate("ripple", [harness_tasks[name][0] for name in counts], include, None, model_args=args,
                     samples={name: list(range(n)) for name, n in counts.items()})
     decoder, config = build("confidence", {"tau": "0.5"}), GenerationConfig(**SETTINGS)
@@ -67,7 +67,7 @@ def test_the_harness_and_ripple_eval_agree_problem_by_problem(harness_tasks, inc
             assert (sample[metric] == 1) == ours.correct, (name, ex.id)
             assert kwargs["ripple"]["nfe"] == ours.nfe and kwargs["ripple"]["generated_tokens"] == ours.generated_tokens
             compared += 1
-    assert compared == 6
+    assert compared == 5
 
 
 @pytest.mark.slow
