@@ -10,7 +10,7 @@ SHARED ?= ../shared
 	# torch first, pinned: the CPU build on local disk here, so no CUDA build is pulled.
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,lmeval]'
 	@touch $@
 
 test: .venv/.ready

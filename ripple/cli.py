@@ -33,6 +33,16 @@ _EPILOG = {
   ripple eval --model ripple-tiny --task pyfunc --decoder default --gen-length 48 --block-length 16 --json
   ripple eval --model GSAI-ML/LLaDA-8B-Instruct --task gsm8k --chat --decoder rps --gen-length 256 \\
       --block-length 32 --limit 100                   # dataset from the hub, or --data-dir ../shared/data""",
+    "lm-eval": """Every argument after `lm-eval` goes to lm-evaluation-harness's own CLI (0.4.13), with the
+`ripple` model registered; --data-dir DIR (Ripple's, anywhere in the line) adds an --include_path
+that makes gsm8k, minerva_math500, humaneval and mbpp read DIR (laid out like ../shared/data).
+
+examples:
+  ripple lm-eval --model ripple --model_args pretrained=ripple-tiny,decoder=rps,gen_length=64,block_length=16 \
+      --tasks gsm8k --limit 20 --data-dir ../shared/data --log_samples --output_path runs/lm-eval
+  HF_ALLOW_CODE_EVAL=1 ripple lm-eval --model ripple --model_args pretrained=GSAI-ML/LLaDA-8B-Instruct,decoder=confidence,tau=0.9,cache=dual \
+      --tasks humaneval --confirm_run_unsafe_code --apply_chat_template
+""",
     "tasks": """examples:
   ripple tasks list
   ripple tasks verify humaneval --data-dir ../shared/data
@@ -278,6 +288,58 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _option(argv: Sequence[str], name: str) -> str | None:
+    """The value of `name` in an argument list (`name value` or `name=value`), or None."""
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.partition("=")[2]
+    return None
+
+
+def cmd_lm_eval(argv: Sequence[str]) -> int:
+    """lm-evaluation-harness's CLI with `--model ripple` available (module harness.py says why a wrapper)."""
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        raise RippleError("lm-evaluation-harness is not installed; pip install 'ripple-dllm[lmeval]' "
+                          "(make test installs it)") from None
+    from .platform.experiments.harness import MODEL_NAME, RippleLM, check_model_args, task_configs
+
+    argv, data_dir = list(argv), None
+    if _option(argv, "--model") == MODEL_NAME and isinstance(_option(argv, "--model_args"), str):
+        from lm_eval.utils import simple_parse_args_string
+
+        check_model_args(**simple_parse_args_string(_option(argv, "--model_args")))  # before the harness's slow start
+    for i, arg in enumerate(argv):
+        if arg == "--data-dir" or arg.startswith("--data-dir="):
+            data_dir = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            del argv[i: i + (1 if "=" in arg else 2)]
+            if not data_dir:
+                raise RippleError("--data-dir needs a directory laid out like ../shared/data")
+            break
+    with tempfile.TemporaryDirectory(prefix="ripple-lm-eval-") as folder:
+        if data_dir is not None:
+            include = str(task_configs(data_dir, folder))
+            if "--include_path" in argv:
+                at = argv.index("--include_path") + 1
+                argv[at] = f"{argv[at]}:{include}" if at < len(argv) else include
+            else:
+                argv += ["--include_path", include]
+        from lm_eval.__main__ import cli_evaluate
+
+        saved, sys.argv = sys.argv, ["lm_eval", *argv]
+        try:
+            cli_evaluate()
+        finally:
+            sys.argv = saved
+    for lm in RippleLM.instances:
+        for line in lm.summary():
+            print(line)
+    return 0
+
+
 def cmd_tasks_list(args: argparse.Namespace) -> int:
     from .tasks import task_class, task_names
 
@@ -484,8 +546,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=int, default=None, help="evaluate the first N test examples")
     e.add_argument("--data-dir", default=None, help="local benchmark data laid out like ../shared/data "
                    "(default: $RIPPLE_DATA_DIR, else the Hugging Face hub)")
-    e.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template "
-                   "(lm-eval's --apply_chat_template)")
+    e.add_argument("--chat", nargs="?", const="multiturn", default=None, choices=("multiturn", "singleturn"),
+                   help="wrap each prompt in the model's chat template as lm-eval 0.4.13's --apply_chat_template "
+                        "does: multiturn (default: each few-shot example its own turn) or singleturn "
+                        "(--fewshot_as_multiturn false: the whole prompt as one user turn)")
     e.add_argument("--samples-out", metavar=FILE, help="also write one JSON line per sample")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
@@ -508,6 +572,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--stop-at", type=int, default=None, metavar="STEP", help="stop after STEP with its checkpoint "
                    "written (same schedule as the full run): re-run a prefix and compare training/snapshots.jsonl")
     t.set_defaults(func=cmd_train_tiny)
+
+    le = sub.add_parser("lm-eval", help="lm-evaluation-harness with Ripple's decoders (--model ripple)",
+                        epilog=_EPILOG["lm-eval"], formatter_class=argparse.RawDescriptionHelpFormatter,
+                        add_help=False)
+    le.add_argument("harness_args", nargs=argparse.REMAINDER, help="lm_eval's own arguments")
+    le.set_defaults(func=lambda args: cmd_lm_eval(args.harness_args))
 
     k = sub.add_parser("tasks", help="list tasks, or check a benchmark's scoring on its reference solutions",
                        epilog=_EPILOG["tasks"], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -610,7 +680,11 @@ EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # 128 + the signal number, as shells repor
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lm-eval"]:  # every later argument is the harness's, --help included
+        args = argparse.Namespace(command="lm-eval", func=lambda a: cmd_lm_eval(argv[1:]))
+    else:
+        args = parser.parse_args(argv)
     import logging
     import signal
 
@@ -622,7 +696,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.getsignal(signal.SIGTERM)
     stop_on_sigterm(fresh=True)
     try:
-        check_paths(parser, args)  # before any work: a bad output path never costs a model load
+        if args.command != "lm-eval":  # the harness checks its own paths
+            check_paths(parser, args)  # before any work: a bad output path never costs a model load
         return int(args.func(args) or 0)
     except RippleError as exc:
         print(f"ripple {args.command}: error: {exc}", file=sys.stderr)

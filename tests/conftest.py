@@ -22,3 +22,13 @@ def shared() -> Path:
 @pytest.fixture(scope="session")
 def golden(shared) -> Path:
     return shared / "golden"
+
+
+@pytest.fixture(scope="session")
+def harness_tasks(shared, tmp_path_factory):
+    """lm-evaluation-harness's gsm8k, minerva_math500, humaneval and mbpp on ../shared/data, with
+    every test doc's plain prompt built (once per session: about 20 s)."""
+    from tests.harness_tools import load_tasks, prompts
+
+    tasks = load_tasks(shared / "data", tmp_path_factory.mktemp("harness-tasks"))
+    return {name: (task, prompts(task)) for name, task in tasks.items()}

@@ -354,7 +354,7 @@ def run_analysis(model: str, task_name: str, *, limit: int = 20, out_dir: str | 
     from ..platform.runtime.engine import Engine, GenerationConfig
     from ..platform.runtime.loading import load_model
     from ..tasks import get_task
-    from ..tasks.prompting import encode_prompt
+    from ..tasks.prompting import encode_example
 
     if limit < 1:
         raise RippleError(f"--limit must be a positive number of examples, got {limit}")
@@ -375,7 +375,7 @@ def run_analysis(model: str, task_name: str, *, limit: int = 20, out_dir: str | 
     states = agree = commits = skipped = 0
     bar = progress_bar(examples, disable=not progress, desc=f"analyze {task.name}", unit="example")
     for ex in bar:
-        ids = encode_prompt(lm.tokenizer, ex.prompt, chat=chat)
+        ids = encode_example(lm.tokenizer, ex, chat=chat)
         if len(ids) + gen_length > lm.max_positions:
             raise RippleError(f"example {ex.id}: prompt ({len(ids)} tokens) plus gen_length ({gen_length}) exceeds "
                               f"the model's {lm.max_positions} positions")

@@ -20,6 +20,8 @@ import traceback
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x1000, 0x4000, 0x40000
+MNT_DETACH = 2
+UNREADABLE = "sandbox: the program's user cannot read"  # sandbox.py recognises a refusal by this prefix
 SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1  # 442 on every arch but alpha
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, CAPABILITY_VERSION_3 = 4, 38, 0x20080522
 
@@ -33,17 +35,19 @@ def main():
             __import__(name)
         except Exception:
             pass
-    libc = isolate(cfg) if cfg["isolate"] else None
+    import_path = [p for p in sys.path if os.path.isdir(p)]
+    libc = isolate(cfg, import_path) if cfg["isolate"] else None
     if libc is None:
         os.chdir(cfg["workdir"])
     limit(cfg)
     drop_privileges(cfg, libc)
+    refuse_unreadable(import_path)
     disarm(cfg)
-    run(source, cfg["sentinel"])
+    run(source, cfg["sentinel"], cfg["module_name"])
 
 
 # ---------------------------------------------------------------------------- kernel isolation
-def isolate(cfg):
+def isolate(cfg, import_path):
     """Enter fresh namespaces and return libc in the program's process (the other two never return)."""
     import ctypes
 
@@ -55,7 +59,7 @@ def isolate(cfg):
         os.close(status_write)
         relay(child, status_read)
     os.close(status_read)
-    step("private filesystems", mount_private, libc, cfg)
+    step("private filesystems", mount_private, libc, cfg, import_path)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1 then ignores it, like every signal it has no handler for
     child = os.fork()
     if child:
@@ -116,9 +120,10 @@ def read_only(libc, path):
          ctypes.c_long(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_long(ctypes.sizeof(attr)))
 
 
-def mount_private(libc, cfg):
+def mount_private(libc, cfg, import_path):
     """The host's filesystems read-only, a /proc of this pid namespace, and one size-limited tmpfs
-    behind the working directory, /tmp, /var/tmp and /dev/shm: it vanishes with the namespace."""
+    behind the working directory, /tmp, /var/tmp and /dev/shm: it vanishes with the namespace.
+    The interpreter's import path is made reachable for the run's own uid (`expose`)."""
     mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates to the host
     read_only(libc, "/")
     mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
@@ -127,6 +132,8 @@ def mount_private(libc, cfg):
     for name in ("tmp", "var-tmp", "shm"):
         os.mkdir(f"/tmp/{name}")
         os.chmod(f"/tmp/{name}", 0o1777)
+    if cfg["uid"] is not None:
+        expose(libc, import_path, "/tmp/hold")
     # Bind the parts over their places; the last bind hides the tmpfs's root and the other parts.
     for name, target in (("var-tmp", "/var/tmp"), ("shm", "/dev/shm"), ("tmp", "/tmp")):
         if os.path.isdir(target) and not os.path.islink(target):
@@ -135,6 +142,57 @@ def mount_private(libc, cfg):
     if cfg["uid"] is not None:
         os.chown(cfg["workdir"], cfg["uid"], cfg["gid"])
     os.chdir(cfg["workdir"])
+
+
+def blocking_ancestor(path):
+    """The outermost proper ancestor of `path` that other users cannot enter (such as a root-only
+    home holding pyenv or conda), or None."""
+    parts = path.strip("/").split("/")
+    for depth in range(len(parts) - 1):
+        ancestor = "/" + "/".join(parts[:depth + 1])
+        if not os.stat(ancestor).st_mode & 0o001:
+            return ancestor
+    return None
+
+
+def expose(libc, import_path, hold):
+    """Make the import path reachable for the run's uid: each directory that hides part of it
+    (e.g. a 0700 /root) is covered, in this mount namespace only, by a read-only tmpfs that holds
+    nothing but the way down to the import path's directories, bound back at their own paths
+    (read-only). Everything else in the hidden directory stays out of sight."""
+    hidden = {}
+    for path in sorted({os.path.realpath(p) for p in import_path}):
+        ancestor = blocking_ancestor(path)
+        if ancestor is not None and not any(path.startswith(kept + "/") for kept in hidden.get(ancestor, ())):
+            hidden.setdefault(ancestor, []).append(path)
+    if not hidden:
+        return
+    os.mkdir(hold, 0o700)
+    for ancestor, paths in hidden.items():
+        held = [f"{hold}/{len(os.listdir(hold)) + i}" for i in range(len(paths))]
+        for path, place in zip(paths, held):
+            os.mkdir(place)
+            mount(libc, path, place, None, MS_BIND | MS_REC)
+        mount(libc, "tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1024,mode=0755")
+        for path, place in zip(paths, held):
+            way = ancestor
+            for part in path[len(ancestor) + 1:].split("/"):  # the way down, 0755 whatever the umask
+                way += "/" + part
+                if not os.path.isdir(way):
+                    os.mkdir(way)
+                    os.chmod(way, 0o755)
+            mount(libc, place, path, None, MS_BIND | MS_REC)
+            call(libc.umount2, place.encode(), MNT_DETACH)
+        read_only(libc, ancestor)
+
+
+def refuse_unreadable(import_path):
+    """One line, before the program runs, when its uid cannot read a directory of the import path:
+    otherwise modules the prelude did not import would fail as if the program were wrong."""
+    for path in import_path:
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise SystemExit(f"{UNREADABLE} {path}, a directory of the interpreter's import path "
+                             f"(install Python where other users can read it, or run as an ordinary user)")
 
 
 def relay(child, status_pipe):
@@ -257,12 +315,14 @@ def disarm(cfg):
     os.mkdir = posix.mkdir = guarded_mkdir
 
 
-def run(source, sentinel):
-    """Run the program as __main__; the sentinel after its last statement is what `passed` means."""
+def run(source, sentinel, module_name):
+    """Run the program under `module_name` ("__main__", or a module's name so that an
+    `if __name__ == "__main__":` block is skipped); the sentinel after its last statement is
+    what `passed` means."""
     sentinel = sentinel.encode()
     write, exit_now, stdout, stderr = os.write, os._exit, sys.stdout, sys.stderr
     linecache.cache["<program>"] = (len(source), None, source.splitlines(True), "<program>")
-    program = {"__name__": "__main__", "__builtins__": builtins}
+    program = {"__name__": module_name, "__builtins__": builtins}
     try:
         exec(compile(source, "<program>", "exec"), program)
     except BaseException:

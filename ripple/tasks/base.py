@@ -24,6 +24,10 @@ class Example:
     answer: str | None = None  # the gold final answer, when the task has one
     tests: tuple[str, ...] = ()  # hidden assert lines for code tasks
     entry_point: str | None = None  # the function the tests call
+    # For chat templates: the few-shot examples as (user, assistant) turns and the question's own
+    # user turn, as lm-eval's multi-turn form has them (no delimiters). Empty: `prompt` is one turn.
+    shots: tuple[tuple[str, str], ...] = ()
+    question: str | None = None
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,9 @@ class GSM8K(BenchmarkTask):
             shots = rnd.sample(train, NUM_FEWSHOT)
             context = "".join(doc_to_text(s) + TARGET_DELIMITER + s["answer"] + FEWSHOT_DELIMITER for s in shots)
             examples.append(Example(id=f"gsm8k/{i}", prompt=context + doc_to_text(doc), reference=doc["answer"],
-                                    answer=gold_answer(doc["answer"])))
+                                    answer=gold_answer(doc["answer"]),
+                                    shots=tuple((doc_to_text(s), s["answer"]) for s in shots),
+                                    question=doc_to_text(doc)))
         return examples
 
     def score(self, example: Example, completion: str) -> Score:

@@ -2,28 +2,50 @@
 
 The prompt is the dataset's signature and docstring, unwrapped. The program run in
 the sandbox is prompt + completion, then the dataset's `check` function and
-`check(<entry point>)`, as the harness's `code_eval` metric assembles it.
+`check(<entry point>)`, as the harness's `code_eval` metric assembles it, and it runs as
+`code_eval` runs it: 3 s of wall clock, as a module (an `if __name__ == "__main__":` block
+does not run). Each code task takes its own `timeout_s`, `cpu_s` and `memory_mb`.
 """
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
+from ripple.errors import RippleError
 from ripple.tasks.base import Example, Score, register_task
 from ripple.tasks.benchmark import BenchmarkTask
 from ripple.tasks.data import Source, load_rows
 from ripple.tasks.sandbox import check_function
 
 TEST = Source("openai/openai_humaneval", None, "test", ("humaneval/HumanEval.jsonl", "humaneval/HumanEval.jsonl.gz"))
-LIMITS = {"timeout_s": 10.0, "cpu_s": 6.0, "memory_mb": 1024}  # generous for a loaded 2-core host
+# lm-eval's `code_eval`: 3.0 s per program (HF evaluate's default), no memory limit; the CPU
+# limit is the sandbox's default (wall clock + 1 s) and memory is capped at 1 GiB here.
+LIMITS = {"timeout_s": 3.0, "cpu_s": None, "memory_mb": 1024}
 
 
 def score_program(program: str, tests: tuple[str, ...], limits: dict | None = None) -> Score:
-    """pass@1 of one program: every test statement ran in the sandbox."""
-    result = check_function(program, tests, **(limits or LIMITS))
+    """pass@1 of one program, run as a module like `code_eval` does: every test statement ran."""
+    result = check_function(program, tests, **(limits or LIMITS), as_main=False)
     return Score(correct=result.passed, details={"passed": result.passed, "timed_out": result.timed_out,
                                                  "error": result.error, "stdout_tail": result.stdout_tail[-500:]})
 
 
+class CodeTask(BenchmarkTask):
+    """A benchmark scored by running programs: sandbox limits per task (`LIMITS` by default)."""
+
+    limits: ClassVar[dict[str, Any]] = LIMITS
+
+    def __init__(self, data_dir: str | None = None, timeout_s: float | None = None, cpu_s: float | None = None,
+                 memory_mb: int | None = None) -> None:
+        super().__init__(data_dir)
+        given = {"timeout_s": timeout_s, "cpu_s": cpu_s, "memory_mb": memory_mb}
+        for key, value in given.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise RippleError(f"task {self.name}: {key} must be a positive number, got {value!r}")
+        self.limits = {**self.limits, **{k: v for k, v in given.items() if v is not None}}
+
+
 @register_task
-class HumanEval(BenchmarkTask):
+class HumanEval(CodeTask):
     name = "humaneval"
     metric = "pass@1"
     stop_sequences = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
@@ -35,7 +57,7 @@ class HumanEval(BenchmarkTask):
                 for doc in load_rows(self.name, TEST, self.data_dir)]
 
     def score(self, example: Example, completion: str) -> Score:
-        return score_program(example.prompt + completion, example.tests)
+        return score_program(example.prompt + completion, example.tests, self.limits)
 
     def wrong_completion(self, example: Example) -> str:
         return "    return None\n"

@@ -1,4 +1,4 @@
-"""MATH500 as lm-evaluation-harness's `minerva_math500`: 4-shot Minerva prompts, math-verify scoring.
+"""MATH500 as lm-evaluation-harness's `minerva_math500` (version 3.1): 4-shot Minerva prompts, math-verify scoring.
 
 The four exemplars are the harness's fixed Minerva shots (assets/minerva_math_fewshot.json,
 from `lm_eval/tasks/minerva_math/utils.py`), each shown as "Problem:\\n<problem>\\n\\n
@@ -23,9 +23,13 @@ def doc_to_text(doc: dict) -> str:
     return "Problem:" + "\n" + doc["problem"] + "\n\n" + "Solution:"
 
 
-def fewshot_context() -> str:
+def fewshot_turns() -> tuple[tuple[str, str], ...]:
     shots = json.loads(resources.files("ripple.tasks").joinpath("assets/minerva_math_fewshot.json").read_text())
-    return "".join(doc_to_text(s) + TARGET_DELIMITER + s["solution"] + FEWSHOT_DELIMITER for s in shots)
+    return tuple((doc_to_text(s), s["solution"]) for s in shots)
+
+
+def fewshot_context() -> str:
+    return "".join(text + TARGET_DELIMITER + solution + FEWSHOT_DELIMITER for text, solution in fewshot_turns())
 
 
 @register_task
@@ -36,9 +40,10 @@ class Math500(BenchmarkTask):
     hub_ids = ("HuggingFaceH4/MATH-500",)
 
     def build(self) -> list[Example]:
-        context = fewshot_context()
+        context, shots = fewshot_context(), fewshot_turns()
         return [Example(id=doc["unique_id"], prompt=context + doc_to_text(doc), reference=doc["solution"],
-                        answer=doc["answer"]) for doc in load_rows(self.name, TEST, self.data_dir)]
+                        answer=doc["answer"], shots=shots, question=doc_to_text(doc))
+                for doc in load_rows(self.name, TEST, self.data_dir)]
 
     def score(self, example: Example, completion: str) -> Score:
         ok, details = math_equal(example.reference, completion)

@@ -12,9 +12,8 @@ import warnings
 
 from ripple.errors import RippleError
 from ripple.tasks.base import Example, Score, register_task
-from ripple.tasks.benchmark import BenchmarkTask
 from ripple.tasks.data import Source, load_rows
-from ripple.tasks.humaneval import score_program
+from ripple.tasks.humaneval import CodeTask, score_program
 
 # Locally the full file holds every task id; on the hub, config `full` splits them.
 TEST = Source("google-research-datasets/mbpp", "full", "test", ("mbpp/mbpp.jsonl",))
@@ -22,9 +21,6 @@ PROMPT_SPLIT = Source("google-research-datasets/mbpp", "full", "prompt", ("mbpp/
 SHOT_IDS = (2, 3, 4)
 TEST_IDS = range(11, 511)
 FEWSHOT_DELIMITER = "\n\n"  # target_delimiter is ""
-# Reference 123 (amicable numbers below 10,000) needs about 4 CPU seconds, so the wall
-# clock allows for a loaded host running two programs per core.
-LIMITS = {"timeout_s": 30.0, "cpu_s": 15.0, "memory_mb": 1024}
 
 
 def doc_to_text(doc: dict) -> str:
@@ -33,12 +29,12 @@ def doc_to_text(doc: dict) -> str:
             f"Your code should pass these tests:\n\n{tests}\n[BEGIN]\n")
 
 
-def shot_text(doc: dict) -> str:
-    return doc_to_text(doc) + doc["code"] + "\n[DONE]"
+def shot_target(doc: dict) -> str:
+    return doc["code"] + "\n[DONE]"
 
 
 @register_task
-class MBPP(BenchmarkTask):
+class MBPP(CodeTask):
     name = "mbpp"
     metric = "pass@1"
     stop_sequences = ("[DONE]",)
@@ -52,12 +48,14 @@ class MBPP(BenchmarkTask):
         missing = [i for i in SHOT_IDS if i not in shots]
         if missing:
             raise RippleError(f"task mbpp: shot task ids {missing} are missing from the data")
-        context = "".join(shot_text(shots[i]) + FEWSHOT_DELIMITER for i in SHOT_IDS)
+        turns = tuple((doc_to_text(shots[i]), shot_target(shots[i])) for i in SHOT_IDS)
+        context = "".join(text + code + FEWSHOT_DELIMITER for text, code in turns)
         return [Example(id=str(i), prompt=context + doc_to_text(by_id[i]), reference=by_id[i]["code"],
-                        tests=tuple(by_id[i]["test_list"])) for i in TEST_IDS if i in by_id]
+                        tests=tuple(by_id[i]["test_list"]), shots=turns, question=doc_to_text(by_id[i]))
+                for i in TEST_IDS if i in by_id]
 
     def score(self, example: Example, completion: str) -> Score:
-        return score_program(completion, example.tests, LIMITS)
+        return score_program(completion, example.tests, self.limits)
 
     def wrong_completion(self, example: Example) -> str:
         """The reference code with every top-level function then redefined to return None."""
@@ -70,3 +68,8 @@ class MBPP(BenchmarkTask):
         except SyntaxError:
             names = []
         return example.reference + "\n" + "".join(f"\ndef {n}(*args, **kwargs):\n    return None\n" for n in names)
+
+
+def harness_test_docs(dataset):
+    """lm-eval `process_docs` for a local mbpp.jsonl, which holds every task id: the test split (11-510)."""
+    return dataset.filter(lambda doc: doc["task_id"] in TEST_IDS)

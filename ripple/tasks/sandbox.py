@@ -45,10 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ripple.errors import RippleError
+
 FILE_SIZE_LIMIT = 16 * 2**20  # bytes a program may write to one file
 SCRATCH_LIMIT = 64 * 2**20  # bytes in its working directory, /tmp, /var/tmp and /dev/shm together (memory)
 SCRATCH_INODES = 8192  # files and directories there
 _CHILD = str(Path(__file__).with_name("_sandbox_child.py"))
+_UNREADABLE = "sandbox: the program's user cannot read"  # the child's refusal, before the program runs
+_MODULE_NAME = "program"  # `__name__` of a program not run as __main__
 _UID_BASE = 2_000_000_000  # per-run uids live far above any real account
 _UID_SLOTS = 256  # concurrent runs per host process
 _UID_BLOCKS = (2**32 - 2 - _UID_BASE) // _UID_SLOTS  # one block of slots per process; > pid_max (2**22)
@@ -233,14 +237,21 @@ def _error(returncode: int | None, timed_out: bool, timeout_s: float, stderr: st
 
 
 def run_program(source: str, *, timeout_s: float = 5.0, cpu_s: float | None = None, memory_mb: int = 512,
-                max_procs: int = 32, output_cap: int = 64_000) -> ExecutionResult:
-    """Run `source` as `__main__` in the sandbox; it passes if every statement ran.
+                max_procs: int = 32, output_cap: int = 64_000, as_main: bool = True) -> ExecutionResult:
+    """Run `source` in the sandbox; it passes if every statement ran.
 
-    `cpu_s` defaults to the wall-clock timeout plus one second. Safe to call from
-    many threads and processes at once.
+    `as_main` False runs it as an imported module would run (`__name__` is not "__main__", so an
+    `if __name__ == "__main__":` block is skipped), as lm-evaluation-harness's `code_eval` does.
+    `cpu_s` defaults to the wall-clock timeout plus one second. Safe to call from many threads
+    and processes at once. Raises RippleError (one line) when the sandbox's user could not import
+    the interpreter's standard library here, before any program runs.
     """
-    return _execute(source, missing_isolation() is None, timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
-                    max_procs=max_procs, output_cap=output_cap)
+    isolate = missing_isolation() is None
+    refusal = _refusal(isolate)
+    if refusal:
+        raise RippleError(refusal)
+    return _execute(source, isolate, timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
+                    max_procs=max_procs, output_cap=output_cap, as_main=as_main)
 
 
 def missing_isolation() -> str | None:
@@ -252,7 +263,11 @@ def missing_isolation() -> str | None:
     with _PROBE_LOCK:
         if _MISSING is None:
             probe = _execute("pass", True, timeout_s=30.0, cpu_s=None, memory_mb=512, max_procs=32, output_cap=4096)
-            _MISSING = "" if probe.passed else (probe.error or "the isolated probe failed").removeprefix("sandbox: ")
+            error = probe.error or ""
+            if error.startswith(_UNREADABLE):  # isolation worked; what the program's user can read did not
+                _REFUSALS[True] = error
+            _MISSING = "" if probe.passed or error.startswith(_UNREADABLE) else (
+                error or "the isolated probe failed").removeprefix("sandbox: ")
             if _MISSING:
                 limits = "rlimits and a per-run uid" if os.geteuid() == 0 else "rlimits"
                 logging.getLogger(__name__).warning(
@@ -261,7 +276,20 @@ def missing_isolation() -> str | None:
     return _MISSING or None
 
 
+def _refusal(isolate: bool) -> str:
+    """The one-line reason programs cannot be scored fairly in this mode ("" when they can): the
+    program's user cannot read part of the interpreter's import path. Probed once per mode."""
+    with _PROBE_LOCK:
+        if isolate not in _REFUSALS:
+            probe = _execute("pass", isolate, timeout_s=30.0, cpu_s=None, memory_mb=512, max_procs=32,
+                             output_cap=4096)
+            error = probe.error or ""
+            _REFUSALS[isolate] = error if error.startswith(_UNREADABLE) else ""
+    return _REFUSALS[isolate]
+
+
 _MISSING: str | None = None
+_REFUSALS: dict[bool, str] = {}
 _PROBE_LOCK = threading.Lock()
 
 
@@ -279,7 +307,7 @@ def _workdir(isolate: bool, ident: tuple[int, int] | None) -> Iterator[str]:
 
 
 def _execute(source: str, isolate: bool, *, timeout_s: float, cpu_s: float | None, memory_mb: int,
-             max_procs: int, output_cap: int) -> ExecutionResult:
+             max_procs: int, output_cap: int, as_main: bool = True) -> ExecutionResult:
     start = time.monotonic()
     sentinel = secrets.token_hex(16)
     cpu = math.ceil(cpu_s if cpu_s is not None else timeout_s + 1)
@@ -289,7 +317,7 @@ def _execute(source: str, isolate: bool, *, timeout_s: float, cpu_s: float | Non
             "inodes": SCRATCH_INODES, "uid": ident[0] if ident else None, "gid": ident[1] if ident else None,
             "memory": memory_mb * 2**20, "cpu": max(1, cpu), "nproc": max_procs, "fsize": FILE_SIZE_LIMIT,
             "preload": _PRELOAD, "os": _DISABLED_OS, "posix": _DISABLED_POSIX, "shutil": _DISABLED_SHUTIL,
-            "subprocess": _DISABLED_SUBPROCESS,
+            "subprocess": _DISABLED_SUBPROCESS, "module_name": "__main__" if as_main else _MODULE_NAME,
         }
         payload = json.dumps(config).encode() + b"\n" + source.encode("utf-8", "replace")
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
@@ -320,6 +348,6 @@ def _execute(source: str, isolate: bool, *, timeout_s: float, cpu_s: float | Non
 def check_function(program: str, tests: Sequence[str], **limits: Any) -> ExecutionResult:
     """Run `program` followed by the assert lines in `tests`; passes only if every assert ran.
 
-    `limits` are `run_program`'s keyword arguments."""
+    `limits` are `run_program`'s keyword arguments (`as_main` included)."""
     source = program.rstrip() + "\n\n\n" + "\n".join(tests) + "\n"
     return run_program(source, **limits)

@@ -1,121 +1,18 @@
-"""The four benchmarks prompt exactly as lm-evaluation-harness does, and score their references right.
+"""The four benchmarks score their references right, and the CLI around them.
 
-Expected prompts are rebuilt here independently from the templates quoted in
-../shared/data/EVAL_PROTOCOLS.md (parsed from that file, rendered with Jinja as the
-harness does) and from the raw data files, then compared character for character.
+Prompts and scores against lm-evaluation-harness itself: test_harness_agreement.py.
 """
-import gzip
 import json
-import random
-import re
 
-import jinja2
 import pytest
 
 from ripple.tasks import get_task
-from ripple.tasks.math500 import fewshot_context
 from ripple.tasks.verify import verify_task
 
 
 @pytest.fixture(scope="module")
 def data(shared):
     return shared / "data"
-
-
-@pytest.fixture(scope="module")
-def protocols(data):
-    return (data / "EVAL_PROTOCOLS.md").read_text()
-
-
-def _rows(path):
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _section(text, title):
-    start = text.index(title)
-    end = text.find("\n### ", start + len(title))
-    return text[start: end if end > 0 else None]
-
-
-def _quoted(section, key):
-    """The double-quoted YAML string after `key: ` inside backticks, with its escapes decoded."""
-    match = re.search(r"`" + re.escape(key) + r': "((?:[^"\\]|\\.)*)"`', section)
-    assert match, f"{key} not found in EVAL_PROTOCOLS.md"
-    return json.loads(f'"{match.group(1)}"')
-
-
-def _render(template, **doc):
-    return jinja2.Template(template, keep_trailing_newline=True).render(**doc)
-
-
-def _defaults(protocols):
-    target = re.search(r'`target_delimiter = "(.*?)"`', protocols).group(1)
-    fewshot = json.loads('"' + re.search(r'`fewshot_delimiter = "(.*?)"`', protocols).group(1) + '"')
-    seed = int(re.search(r"defaults to `(\d+)`", protocols).group(1))
-    return target, fewshot, seed
-
-
-def test_gsm8k_prompts_match_the_harness(data, protocols):
-    section = _section(protocols, "### Task `gsm8k` (the default one")
-    text_tmpl, target_tmpl = _quoted(section, "doc_to_text"), _quoted(section, "doc_to_target")
-    shots_n = int(re.search(r"(\d+)-shot \(`num_fewshot: (\d+)`\)", section).group(2))
-    target_delim, fewshot_delim, seed = _defaults(protocols)
-    train, test = _rows(data / "gsm8k/train.jsonl"), _rows(data / "gsm8k/test.jsonl")
-    rnd = random.Random(seed)
-    expected = []
-    for doc in test[:3]:
-        shots = rnd.sample(train, shots_n)  # the harness's ContextSampler.sample: one draw per test doc
-        context = "".join(_render(text_tmpl, **s) + target_delim + _render(target_tmpl, **s) + fewshot_delim
-                          for s in shots)
-        expected.append(context + _render(text_tmpl, **doc))
-    got = [ex.prompt for ex in get_task("gsm8k", data_dir=data).examples("test", 3)]
-    assert (shots_n, target_delim, fewshot_delim, seed) == (5, " ", "\n\n", 1234)
-    assert got == expected
-    assert got[0].endswith("Question: " + test[0]["question"] + "\nAnswer:")
-    assert got[0].count("\n#### ") == 5 and got[0] != got[1].replace(test[1]["question"], test[0]["question"])
-
-
-def test_math500_prompts_match_the_harness(data, protocols):
-    section = _section(protocols, "### Task `minerva_math500`")
-    expr = re.search(r"`doc_to_text` = `(.*?)`", section).group(1)
-    target_delim, fewshot_delim, _ = _defaults(protocols)
-    test = _rows(data / "math500/test.jsonl")
-    context = fewshot_context()
-    shots = context.split(fewshot_delim + "Problem:")
-    assert len(shots) == 4 and context.startswith("Problem:\n") and context.endswith(fewshot_delim)
-    # The four exemplars' final answers, as EVAL_PROTOCOLS.md lists them.
-    for answer in ("[2,5)", "24", "16", "-\\frac{2}{3}"):
-        assert f"Final Answer: The final answer is ${answer}$. I hope it is correct." in context
-    assert context.count("\n\nSolution:" + target_delim) == 4
-    expected = [context + eval(expr, {}, {"problem": doc["problem"]}) for doc in test[:3]]  # noqa: S307
-    got = [ex.prompt for ex in get_task("math500", data_dir=data).examples("test", 3)]
-    assert got == expected
-
-
-def test_humaneval_prompts_are_the_dataset_prompts(data, protocols):
-    section = _section(protocols, "### Task `humaneval`")
-    tmpl = _quoted(section, "doc_to_text")
-    test = _rows(data / "humaneval/HumanEval.jsonl")
-    got = get_task("humaneval", data_dir=data).examples("test", 3)
-    assert [ex.prompt for ex in got] == [_render(tmpl, **doc) for doc in test[:3]]
-    stops = re.findall(r'`"(\\n\w+|\\n#)"`', section)
-    assert get_task("humaneval").stop_sequences == tuple(json.loads(f'"{s}"') for s in stops)
-
-
-def test_mbpp_prompts_match_the_harness(data, protocols):
-    section = _section(protocols, "### Task `mbpp`")
-    text_tmpl = json.loads(re.search(r'Prompt \(`doc_to_text`\).*?\n\s*`("(?:[^"\\]|\\.)*")`', section, re.S).group(1))
-    target_tmpl = json.loads(re.search(r'`doc_to_target`: `("(?:[^"\\]|\\.)*")`', section).group(1))
-    rows = {r["task_id"]: r for r in _rows(data / "mbpp/mbpp.jsonl")}
-    shots = "".join(_render(text_tmpl, **rows[i]) + _render(target_tmpl, is_fewshot=True, **rows[i]) + "\n\n"
-                    for i in (2, 3, 4))  # target_delimiter "" for mbpp
-    expected = [shots + _render(text_tmpl, **rows[i]) for i in (11, 12, 13)]
-    got = get_task("mbpp", data_dir=data).examples("test", 3)
-    assert [ex.id for ex in got] == ["11", "12", "13"]
-    assert [ex.prompt for ex in got] == expected
-    assert len(get_task("mbpp", data_dir=data).examples()) == 500
 
 
 @pytest.mark.parametrize("name", ["gsm8k", "math500"])
@@ -137,8 +34,17 @@ def test_mbpp_references_pass_except_the_item_that_needs_setup_code(data):
     report = verify_task(get_task("mbpp", data_dir=data), progress=False, workers=2)
     assert report.n == 500 and report.wrong_accuracy == 0.0
     failures = {f.id: f.reason for f in report.gold_failures}
-    assert set(failures) == {"367"}, failures  # needs test_setup_code, which lm-eval does not run either
+    # 367 needs test_setup_code, which lm-eval does not run either; 123's reference needs about 4 CPU
+    # seconds here, more than code_eval's 3 s, so where it takes that long the harness fails it too
+    assert "367" in failures and set(failures) <= {"367", "123"}, failures
     assert "NameError" in failures["367"]
+    assert "123" not in failures or "timed out" in failures["123"] or "SIGXCPU" in failures["123"]
+
+
+def test_mbpp_limits_are_settable_per_task(data):
+    task = get_task("mbpp", data_dir=data, timeout_s=30.0, cpu_s=15.0)
+    ex = next(e for e in task.examples() if e.id == "123")
+    assert task.limits["timeout_s"] == 30.0 and task.score(ex, task.gold_completion(ex)).correct
 
 
 def test_a_code_reference_is_scored_through_the_sandbox(data):
@@ -147,7 +53,7 @@ def test_a_code_reference_is_scored_through_the_sandbox(data):
     assert task.score(ex, ex.reference).correct
     looping = "    while True:\n        pass\n"
     score = task.score(ex, looping)
-    # the CPU limit (6 s) stops a busy loop before the wall clock (10 s) unless the host is loaded
+    # code_eval's 3 s wall clock (or the CPU limit one second later) stops a busy loop
     assert not score.correct and (score.details["timed_out"] or score.details["error"] == "killed by SIGXCPU")
 
 

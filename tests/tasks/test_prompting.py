@@ -1,11 +1,11 @@
-"""Chat wrapping: the whole lm-eval prompt becomes one user turn, then the assistant header."""
+"""Chat wrapping: free text as one user turn; task prompts in the harness's two forms (multi-turn, single-turn)."""
 import pytest
 from transformers import AutoTokenizer
 
 from ripple.errors import RippleError
 from ripple.platform.runtime.loading import EMBEDDED
 from ripple.tasks import get_task
-from ripple.tasks.prompting import chat_text, encode_prompt
+from ripple.tasks.prompting import chat_form, chat_messages, chat_text, encode_prompt
 
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
@@ -35,3 +35,19 @@ def test_chat_without_a_template_is_a_clear_error(tokenizer):
     tokenizer.chat_template = None
     with pytest.raises(RippleError, match="no chat template"):
         encode_prompt(tokenizer, "hi", chat=True)
+
+
+def test_the_chat_forms_are_the_harness_two_and_true_means_its_default():
+    assert chat_form(True) == "multiturn" and chat_form(False) is None and chat_form(None) is None
+    assert chat_form("singleturn") == "singleturn"
+    with pytest.raises(RippleError, match="accepted: multiturn, singleturn"):
+        chat_form("both")
+
+
+def test_multiturn_puts_each_shot_in_its_own_turns(shared):
+    ex = get_task("gsm8k", data_dir=shared / "data").examples("test", 1)[0]
+    messages = chat_messages(ex, "multiturn")
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 5 + ["user"]
+    assert "".join(m["content"] + (" " if m["role"] == "user" else "\n\n") for m in messages[:-1]) + \
+        messages[-1]["content"] == ex.prompt  # the plain prompt is the same turns with the harness's delimiters
+    assert chat_messages(ex, "singleturn") == [{"role": "user", "content": ex.prompt}]

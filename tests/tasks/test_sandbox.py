@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ripple.errors import RippleError
 from ripple.tasks import sandbox
 from ripple.tasks.sandbox import ExecutionResult, check_function, run_program
 
@@ -294,6 +295,11 @@ def ordinary_user():
     os.chmod(folder, 0o755)
     for name in ("sandbox.py", "_sandbox_child.py"):
         shutil.copy(Path(sandbox.__file__).with_name(name), folder)
+    os.mkdir(f"{folder}/ripple", 0o755)  # what sandbox.py imports: ripple.errors alone
+    Path(f"{folder}/ripple/__init__.py").touch()
+    shutil.copy(Path(sandbox.__file__).parents[1] / "errors.py", f"{folder}/ripple")
+    for path in Path(folder).rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
     try:
         yield OrdinaryUser(_python_for(THROWAWAY_UID), folder)
     finally:
@@ -487,9 +493,14 @@ def test_where_the_kernel_refuses_isolation_one_line_says_so_and_the_limits_hold
     refusing = tmp_path / "_sandbox_child.py"  # unshare(2) fails as under a kernel or seccomp that forbids it
     text = Path(sandbox._CHILD).read_text()
     assert text.count("call(libc.unshare, flags)") == 1
+    assert text.count("    refuse_unreadable(import_path)\n") == 1
+    # These programs need only preloaded modules: past the refusal that an unreadable import path
+    # brings (its own test below), the limits must still hold.
+    text = text.replace("    refuse_unreadable(import_path)\n", "")
     refusing.write_text(text.replace("call(libc.unshare, flags)", "raise PermissionError(1, 'Operation not permitted')"))
     monkeypatch.setattr(sandbox, "_CHILD", str(refusing))
     monkeypatch.setattr(sandbox, "_MISSING", None)
+    monkeypatch.setattr(sandbox, "_REFUSALS", {False: ""})
     with caplog.at_level(logging.WARNING, logger=sandbox.__name__):
         hello = run_program("print('hello')")
         memory = run_program("x = bytearray(10**10)", memory_mb=256)
@@ -501,3 +512,75 @@ def test_where_the_kernel_refuses_isolation_one_line_says_so_and_the_limits_hold
     assert warnings[0].startswith("sandbox: no kernel isolation (namespaces failed: [Errno 1] Operation not permitted)")
     assert hello.passed and hello.stdout_tail == "hello\n"
     assert "MemoryError" in memory.error and cpu.error == "killed by SIGXCPU" and bomb.timed_out
+
+
+# ---------------------------------------------------------------------------- the standard library
+STDLIB = ("calendar", "csv", "difflib", "base64", "binascii", "pprint", "textwrap", "fractions", "decimal",
+          "statistics", "heapq", "bisect", "string", "re", "json", "itertools", "functools", "collections",
+          "typing", "dataclasses", "datetime", "math", "random", "zlib", "hashlib", "html", "xml.etree.ElementTree",
+          "unittest", "doctest", "email", "sqlite3", "array", "struct", "copy", "enum", "operator", "io", "abc",
+          "numbers", "cmath", "uuid", "shlex", "fnmatch", "glob", "gzip", "zipfile", "tarfile", "locale",
+          "gettext", "argparse", "logging", "inspect", "ast", "tokenize", "graphlib", "contextvars", "weakref",
+          "queue", "sched", "secrets", "ipaddress", "urllib.parse", "http", "wave", "colorsys", "timeit", "trace")
+
+
+def _hidden_ancestor(path: str) -> str | None:
+    """The outermost ancestor of `path` other users cannot enter."""
+    parts = Path(os.path.realpath(path)).parts
+    for depth in range(2, len(parts)):
+        if not os.stat(Path(*parts[:depth])).st_mode & 0o001:
+            return str(Path(*parts[:depth]))
+    return None
+
+
+def test_every_module_a_program_may_import_imports_under_the_sandboxs_user():
+    """None of these is preloaded; on this machine the interpreter lives under /root (0700) and,
+    as root, the program runs as a per-run uid that cannot enter it on the host."""
+    assert not {"calendar", "csv", "difflib", "base64", "binascii", "pprint"} & set(sandbox._PRELOAD)
+    print(f"interpreter {sys.base_prefix}; hidden ancestor {_hidden_ancestor(sys.base_prefix)}; "
+          f"uid {os.geteuid()}")
+    source = ("import importlib, os\n"
+              f"for name in {STDLIB!r}:\n"
+              "    importlib.import_module(name)\n"
+              "print(os.getuid())\n")
+    result = run_program(source, timeout_s=60.0, memory_mb=1024)
+    assert result.passed, result.error
+    if os.geteuid() == 0:
+        assert int(result.stdout_tail.split()[-1]) != 0  # really as the unprivileged per-run uid
+
+
+def test_the_hidden_directory_shows_only_the_interpreter():
+    """What covers a root-only home inside the run holds the way to the import path and no more."""
+    hidden = _hidden_ancestor(sys.base_prefix)
+    if hidden is None or os.geteuid() != 0 or sandbox.missing_isolation():
+        assert run_program("import calendar").passed  # nothing is hidden here: plain access works
+        return
+    source = (f"import os\nprint(sorted(os.listdir({hidden!r})))\n"
+              f"open({hidden!r} + '/ripple-probe', 'w')\n")
+    result = run_program(source)
+    assert not result.passed and ("PermissionError" in result.error or "Read-only" in result.error), result.error
+    shown = eval(result.stdout_tail.strip().splitlines()[0])
+    on_host = sorted(os.listdir(hidden))
+    expected = Path(os.path.realpath(sys.base_prefix)).relative_to(hidden).parts[0]
+    assert shown == [expected] and len(on_host) >= len(shown), (shown, on_host)
+
+
+def test_without_namespaces_an_unreadable_standard_library_is_refused_in_one_line(monkeypatch):
+    """Without a mount namespace nothing can expose the interpreter: as root with Python in a
+    root-only directory the sandbox refuses before any program runs, instead of scoring wrong."""
+    monkeypatch.setattr(sandbox, "_MISSING", "forced off by the test")
+    monkeypatch.setattr(sandbox, "_REFUSALS", {})
+    if os.geteuid() == 0 and _hidden_ancestor(sys.base_prefix):
+        with pytest.raises(RippleError) as info:
+            run_program("import calendar")
+        message = str(info.value)
+        assert "\n" not in message and "cannot read" in message and "import path" in message, message
+    else:
+        assert run_program("import calendar").passed
+
+
+def test_a_program_run_as_a_module_skips_its_main_block():
+    source = "x = 1\nif __name__ == '__main__':\n    raise SystemExit('ran main')\n"
+    assert not run_program(source).passed
+    assert run_program(source, as_main=False).passed
+    assert not run_program("assert __name__ == '__main__'", as_main=False).passed

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ...decoders import Scheduler
 from ...tasks.base import cut_at_stops
-from ...tasks.prompting import encode_prompt
+from ...tasks.prompting import encode_example
 from ..runtime.engine import Engine, GenerationConfig, SampleOutput
 from ..runtime.loading import LoadedModel
 from .metrics import CellMetrics, cell_metrics
@@ -74,16 +74,16 @@ def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
 
 
 def run_sample(engine: Engine, tokenizer, task, example, decoder: Scheduler, config: GenerationConfig,
-               chat: bool = False) -> tuple[list[int], SampleOutput, str]:
+               chat: bool | str = False) -> tuple[list[int], SampleOutput, str]:
     """Decode one example: (prompt ids, engine output, completion text cut at the task's stops)."""
     return run_batch(engine, tokenizer, task, [example], decoder, config, chat=chat)[0]
 
 
 def run_batch(engine: Engine, tokenizer, task, examples, decoder: Scheduler, config: GenerationConfig,
-              chat: bool = False) -> list[tuple[list[int], SampleOutput, str]]:
+              chat: bool | str = False) -> list[tuple[list[int], SampleOutput, str]]:
     """Decode several examples in one engine call (left-padded rows, per-row NFE): for each, as
     `run_sample`. The tokens equal those of one call per example (`ripple.bench.batch_equivalence`)."""
-    prompts = [encode_prompt(tokenizer, ex.prompt, chat=chat) for ex in examples]
+    prompts = [encode_example(tokenizer, ex, chat=chat) for ex in examples]
     outs = engine.generate(prompts, decoder, config)
     return [(ids, out, completion_text(tokenizer, out, task.stop_sequences)) for ids, out in zip(prompts, outs)]
 
@@ -96,7 +96,7 @@ def sample_result(example, ids: list[int], out: SampleOutput, text: str, score) 
 
 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
-                  limit: int | None = None, split: str = "test", progress: bool = True, chat: bool = False,
+                  limit: int | None = None, split: str = "test", progress: bool = True, chat: bool | str = False,
                   on_sample: Callable[[SampleResult], None] | None = None) -> CellResult:
     """Decode and score the first `limit` examples of `task`, one at a time, in order."""
     from ...progress import progress as progress_bar
