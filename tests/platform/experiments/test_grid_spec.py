@@ -36,7 +36,7 @@ def test_shipped_specs_have_the_issue_contents():
     ablation = load_spec("rps-ablation")
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
-    assert {(c.gen_length, c.block_length, c.limit) for c in demo.cells} == {(48, 16, 50)}
+    assert {(c.gen_length, c.block_length, c.limit) for c in demo.cells} == {(48, 16, 30)}
 
     table = load_spec("paper-table1")
     assert sorted({c.model for c in table.cells}) == sorted(PAPER_MODELS)
