@@ -118,8 +118,8 @@ def test_every_row_equals_the_metrics_module_through_grid_json_csv_and_mlflow(re
     rows = _read_csv(out / "leaderboard.csv")
     planned = sum(g["planned"] for g in grids.values())  # one sample per cell: cells = samples
     assert len(rows) == planned == 81 and str(out / "leaderboard.html") in printed
-    by_key = {(r["experiment"], r["task"], r["decoder"], r["params"]): r for r in rows}
-    assert len(by_key) == len(rows)  # one row per decoder setting and experiment
+    by_key = {(r["model"], r["experiment"], r["task"], r["decoder"], r["params"]): r for r in rows}
+    assert len(by_key) == len(rows)  # one row per model, decoder setting and experiment
     expected = {}
     for exp, summary in grids.items():
         records = ResultStore(store, exp).read()
@@ -131,20 +131,20 @@ def test_every_row_equals_the_metrics_module_through_grid_json_csv_and_mlflow(re
             m = cell_metrics(cell)  # the metrics module, straight from the stored records
             ok = cell.filter(pl.col("error").is_null())
             assert m.tpf == pytest.approx(ok["generated_tokens"].sum() / ok["nfe"].sum())  # TPF's definition
-            row = by_key[(exp, res["task"], res["decoder"], _changed(res["decoder"], res["params"]))]
+            row = by_key[(res["model"], exp, res["task"], res["decoder"], _changed(res["decoder"], res["params"]))]
             run = runs[res["cell_id"]].data.metrics
             for col in ("accuracy", "tpf", "mean_nfe"):
                 assert float(row[col]) == pytest.approx(getattr(m, col), rel=1e-12)
                 assert res[col] == pytest.approx(getattr(m, col), rel=1e-12)  # grid JSON
                 assert run[col] == pytest.approx(getattr(m, col), rel=1e-12)  # MLflow
             assert row["weights"] == cell["weights"].unique().item()
-            curve = (exp, res["task"], res["decoder"])  # one gen_length/cache per grid: a decoder's settings
+            curve = (exp, res["model"], res["task"], res["decoder"])  # one gen_length/cache per grid: a decoder's settings
             expected.setdefault(curve, []).append((m.tpf, m.accuracy, row))
-    for (exp, task, decoder), points in expected.items():
-        y_max = max(float(r["accuracy"]) for r in rows if r["task"] == task)
+    for (exp, model, task, decoder), points in expected.items():
+        y_max = max(float(r["accuracy"]) for r in rows if r["task"] == task and r["model"] == model)
         score = aup([(t, a) for t, a, _ in points], y_max)
         assert all(float(r["aup"]) == pytest.approx(score.aup, rel=1e-12) for _, _, r in points), (exp, decoder)
-    assert len(expected[("rps-tiny", "arith", "confidence")]) == 4  # tau 0.3 ... 0.9: one curve of four points
+    assert len(expected[("rps-tiny", "ripple-tiny", "arith", "confidence")]) == 4  # tau 0.3 ... 0.9: one curve of four points
 
 
 @pytest.mark.slow

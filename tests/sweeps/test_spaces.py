@@ -37,7 +37,7 @@ def test_overrides_values_ranges_points_and_fixed():
     assert isinstance(r, Float) and "LogUniform" in type(r.sampler).__name__
     params = space.params_for({"lambda": 0.1, "k_max": 5, "r": 0.123456789})
     assert params.to_dict() == {"tau": 0.8, "tau_pivot": 0.9, "k_max": 5, "r": 0.123457, "lambda": 0.1,
-                                "pivot": "truncated_entropy"}
+                                "pivot": "truncated_entropy", "edit_tau": 1.0, "max_post_steps": 0}
     assert space.searched(params) == {"lambda": 0.1, "k_max": 5, "r": 0.123457}
 
 

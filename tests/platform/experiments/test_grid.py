@@ -26,12 +26,12 @@ def test_demo_grid_store_and_mlflow_agree(tmp_path):
     store_dir = tmp_path / "store"
     out = run_grid("demo", "--limit", "2", "--store", str(store_dir))
     assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 108, 108, 0)
-    assert len(out["workers"]) == 2 and len({w["pid"] for w in out["workers"]}) == 2
+    assert len(out["workers"]) == 4 and len({w["pid"] for w in out["workers"]}) == 4  # two per model
 
     records = ResultStore(store_dir, "demo").read()
     assert records.height == 108 and records["error"].null_count() == 108  # every sample, none failed
     assert records.select(["cell_id", "sample_id"]).n_unique() == 108
-    assert records["nfe"].min() >= 1 and (records["tps"] > 0).all() and records["worker_id"].n_unique() == 2
+    assert records["nfe"].min() >= 1 and (records["tps"] > 0).all() and records["worker_id"].n_unique() == 4
     assert set(json.loads(records["versions"][0])) >= {"python", "torch", "ray", "ripple-dllm"}
     by_cell = records.group_by("cell_id").agg(
         (pl.col("correct").cast(pl.Float64).mean() * 100).alias("accuracy"), pl.col("nfe").mean().alias("mean_nfe"),
@@ -86,10 +86,11 @@ def _every_surface_gives_the_same_numbers(grid_json: dict, records: pl.DataFrame
     report_csv = tmp_path / "cells.csv"
     report_cells(records).write_csv(report_csv)
     csv = {r["cell_id"]: r for r in pl.read_csv(report_csv).iter_rows(named=True)}
-    base = {r["task"]: r["cell_id"] for r in grid_json["results"] if r["decoder"] == "default"}
+    base = {(r["model"], r["task"]): r["cell_id"] for r in grid_json["results"] if r["decoder"] == "default"}
     for cid, g in grid.items():
         rows = records.filter(pl.col("cell_id") == cid)
-        trial = cell_metrics(rows, records.filter(pl.col("cell_id") == base[g["task"]]) if g["decoder"] != "default"
+        base_rows = records.filter(pl.col("cell_id") == base[g["model"], g["task"]])
+        trial = cell_metrics(rows, base_rows if g["decoder"] != "default"
                              else None).metrics()
         for k in keys:
             if k not in g:
