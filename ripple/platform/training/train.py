@@ -255,7 +255,7 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
     end = cfg.steps if stop_at is None else min(cfg.steps, stop_at)
     for step in range(start, end):
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        loss = step_loss(model, batcher, step, gen)
+        loss, valid = step_loss(model, batcher, step, gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step)
         opt.zero_grad(set_to_none=True)
@@ -265,7 +265,7 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
         if cfg.family == "llada2_moe":
             from .block_diffusion import balance_experts
 
-            balance_experts(model, batcher.last_valid, cfg.bias_rate)
+            balance_experts(model, valid, cfg.bias_rate)
         window.append(loss.item())
         bar.update(1)
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
@@ -291,22 +291,23 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
     return summary
 
 
-def _llada_loss(model, batcher: Batcher, step: int, gen: torch.Generator) -> torch.Tensor:
+def _llada_loss(model, batcher: Batcher, step: int, gen: torch.Generator) -> tuple[torch.Tensor, None]:
+    """(loss, None) of one LLaDA SFT step: a dense model has no routing to balance."""
     tokens, positions, attn, target, masked, p_mask, P = batcher.batch(step, gen)
     R = batcher.cfg.response_length
     logits = model(tokens, positions, attn_mask=attn, logits_rows=torch.arange(P, P + R)).logits  # [B, R, V]
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), reduction="none")
-    return (ce.view_as(target) * masked / p_mask).sum() / (target.numel())
+    return (ce.view_as(target) * masked / p_mask).sum() / (target.numel()), None
 
 
-def _block_loss(model, batcher, step: int, gen: torch.Generator) -> torch.Tensor:
+def _block_loss(model, batcher, step: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, the batch's non-pad tokens, whose routing the expert balancing counts) of one block step."""
     from .block_diffusion import block_loss
 
     tokens, positions, attn, pad, target, masked, perturbed, p_mask, resp = batcher.batch(step, gen)
     T, B = tokens.shape[1], batcher.cfg.block_length
-    batcher.last_valid = ~pad  # the tokens whose routing the expert balancing counts
     logits = model(tokens, positions, attn_mask=attn, logits_rows=torch.arange(T - B, T)).logits  # [Bsz, B, V]
-    return block_loss(logits, target, masked, perturbed, p_mask, resp)
+    return block_loss(logits, target, masked, perturbed, p_mask, resp), ~pad
 
 
 def write_learning_curve(curve: list[dict], out: Path) -> None:
