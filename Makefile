@@ -13,8 +13,12 @@ SHARED ?= ../shared
 	$(PY) -m pip install -q -e '.[test,lmeval]'
 	@touch $@
 
+# One pytest-xdist worker per core of a 2-core machine; each file stays on one worker, so its module
+# fixtures are built once (session fixtures shared across files build once under a file lock)
+TEST_WORKERS ?= 2
+
 test: .venv/.ready
-	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q
+	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # demo.yaml through the grid path (Ray workers, result store in ./results, MLflow: `ripple ui`),
 # then the leaderboard of that store (./results/leaderboard/leaderboard.html; its path is printed)

@@ -6,6 +6,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`make test`: one worker per core) each worker, and what it starts, computes
+    on one thread: two workers with a thread per core each would fight over the cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"  # read by torch at import, and inherited by subprocesses
+
+
 def shared_dir() -> Path:
     """../shared beside the repository (CI lays it there); RIPPLE_SHARED overrides."""
     return Path(os.environ.get("RIPPLE_SHARED", REPO.parent / "shared")).resolve()
@@ -32,3 +39,4 @@ def harness_tasks(shared, tmp_path_factory):
 
     tasks = load_tasks(shared / "data", tmp_path_factory.mktemp("harness-tasks"))
     return {name: (task, prompts(task)) for name, task in tasks.items()}
+
