@@ -154,11 +154,11 @@ def check(model: str = "ripple-tiny", caches: Sequence[str] = CACHES, batch_size
             config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop)
             params = {k: str(v) for k, v in cell.params}
             singles = [run_batch(engine, lm.tokenizer, task, [ex], build(cell.decoder, params), config,
-                                 chat=cell.chat)[0] for ex in examples]
+                                 chat=cell.prompt_chat)[0] for ex in examples]
             for b0 in range(0, len(examples), batch_size):
                 chunk = examples[b0:b0 + batch_size]
                 batched = run_batch(engine, lm.tokenizer, task, chunk, build(cell.decoder, params), config,
-                                    chat=cell.chat)
+                                    chat=cell.prompt_chat)
                 for row, ((ids, one, _), (_, many, _)) in enumerate(zip(singles[b0:b0 + batch_size], batched)):
                     if one.tokens != many.tokens or one.nfe != many.nfe:
                         prompts = [ids_ for ids_, _, _ in singles[b0:b0 + batch_size]]

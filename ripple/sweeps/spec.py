@@ -229,7 +229,7 @@ class _SweepParser(SpecParser):
             path=self.where, experiment=experiment, model=model, tasks=tasks, decoder=decoder, space=space,
             search=search, num_samples=num_samples, metric=metric, mode=mode, weights=weights, baseline=baseline,
             gen_length=gen[0], block_length=block[0], cache=cache, seed=seed[0], dtype=dtype,
-            chat=self.flag(raw.get("chat", False), "chat"), split=split,
+            **dict(zip(("chat", "chat_form"), self.chat(raw.get("chat", False)))), split=split,
             stop_at_eos=self.flag(raw.get("stop_at_eos", False), "stop_at_eos"),
             eos_early_stop=self.flag(raw.get("eos_early_stop", False), "eos_early_stop"), data_dir=data_dir,
             workers=self.workers(raw.get("workers", {})), concurrent_trials=concurrent, description=description,

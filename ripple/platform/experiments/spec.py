@@ -74,6 +74,8 @@ class Cell(DecodeSettings):
         ident = self.settings
         if not self.eos_early_stop:
             del ident["eos_early_stop"]
+        if ident["chat_form"] == "singleturn" or not self.chat:
+            del ident["chat_form"]
         neutral = get(self.decoder).Params.id_neutral() if self.decoder in names() else {}
         ident["params"] = {k: v for k, v in ident["params"].items() if k not in neutral or neutral[k] != v}
         return ident
@@ -304,6 +306,19 @@ class SpecParser:
                 raise self.fail(f"{key!r} takes non-empty strings, got {v!r}")
         return list(dict.fromkeys(items))
 
+    def chat(self, value: Any) -> tuple[bool, str]:
+        """`chat`: false, or the chat template's form; true is lm-eval's default, multi-turn."""
+        from ...tasks.prompting import CHAT_FORMS
+
+        if value is False:
+            return False, "singleturn"
+        if value is True:
+            return True, "multiturn"
+        if value in CHAT_FORMS:
+            return True, value
+        forms = f"{', '.join(CHAT_FORMS[:-1])} or {CHAT_FORMS[-1]}"
+        raise self.fail(f"'chat' takes false, true (= multiturn), {forms}, got {value!r}")
+
     def flag(self, value: Any, key: str) -> bool:
         if not isinstance(value, bool):
             raise self.fail(f"{key!r} takes true or false, got {value!r}")
@@ -349,7 +364,7 @@ class SpecParser:
         dtype = raw.get("dtype", "auto")
         if dtype not in DTYPES:
             raise self.fail(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
-        chat = self.flag(raw.get("chat", False), "chat")
+        chat, chat_form = self.chat(raw.get("chat", False))
         stop = self.flag(raw.get("stop_at_eos", False), "stop_at_eos")
         early = self.flag(raw.get("eos_early_stop", False), "eos_early_stop")
         data_dir = raw.get("data_dir")
@@ -363,7 +378,7 @@ class SpecParser:
             self.decoder_caches(name, caches)
         cells = tuple(
             Cell(model=model, task=task, decoder=name, params=params, limit=limit, gen_length=gen, block_length=block,
-                 cache=cache, seed=seed, dtype=dtype, chat=chat, split=split, stop_at_eos=stop,
+                 cache=cache, seed=seed, dtype=dtype, chat=chat, chat_form=chat_form, split=split, stop_at_eos=stop,
                  eos_early_stop=early)
             for model, (task, limit), (name, per_task, only) in itertools.product(models, tasks, decoders)
             if only is None or model in only

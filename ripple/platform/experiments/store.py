@@ -74,9 +74,18 @@ class DecodeSettings:
     # end right after a decision that leaves the response complete up to an EOS (LLaDA2's
     # eos_early_stop); a cell id leaves it out when False, so earlier stores keep their ids
     eos_early_stop: bool = False
+    # with chat on, the template's form (ripple.tasks.prompting.CHAT_FORMS). Chat was single-turn
+    # before the form existed, so that is what a record without it means, and a cell id leaves it
+    # out when single-turn: old ids keep their meaning and multi-turn cells get ids of their own
+    chat_form: str = "singleturn"
 
     def decode_settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(DecodeSettings)}
+
+    @property
+    def prompt_chat(self) -> str | bool:
+        """What `encode_example` takes: False, or the chat form."""
+        return self.chat_form if self.chat else False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +145,7 @@ SCHEMA: dict[str, pl.DataType] = _schema()
 KEY = ["cell_id", "sample_id"]
 # columns added after stores were first written, with the value a record written before them means
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
-                                 "eos_early_stop": False}
+                                 "eos_early_stop": False, "chat_form": "singleturn"}
 
 
 def _conform(frame: pl.DataFrame) -> pl.DataFrame:

@@ -159,7 +159,7 @@ class SampleWorker:
                 task = self._task(cell.task)
                 torch.manual_seed(cell.seed)
                 decoded = run_batch(self.engine, self.lm.tokenizer, task, [it.example for it in items], decoder,
-                                    config, chat=cell.chat)
+                                    config, chat=cell.prompt_chat)
         except Exception as exc:  # the failure becomes the stored records (DESIGN: never dropped)
             return [it.record(error=f"{type(exc).__name__}: {exc}", **where, **batch) for it in items]
         batch["batch_seconds"] = max(out.decode_seconds for _, out, _ in decoded)  # rows share the clock

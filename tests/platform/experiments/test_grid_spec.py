@@ -129,6 +129,8 @@ BAD = [
      "decoder 'klass': 'task_params.arith' takes a mapping of hyperparameters, got 0.6"),
     ("unknown choice", GOOD.replace("[default]", "[{name: eb_sampler, params: {order: entropie}}]"),
      "eb_sampler hyperparameter order='entropie' is invalid; accepted: one of entropy, confidence"),
+    ("unknown chat form", GOOD + "chat: twoturn\n",
+     "'chat' takes false, true (= multiturn), multiturn or singleturn, got 'twoturn'"),
     ("zero batch size", GOOD + "batch_size: 0\n",
      "'batch_size' must be a positive number of samples per engine call (1 = one at a time), got 0"),
     ("batch size list", GOOD + "batch_size: [1, 8]\n", "'batch_size' must be a positive number of samples"),
@@ -217,7 +219,7 @@ def test_settings_added_later_keep_earlier_cell_ids():
 
     spec = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")), "t")
     cell = spec.cells[0]
-    before = {k: v for k, v in cell.settings.items() if k != "eos_early_stop"}
+    before = {k: v for k, v in cell.settings.items() if k not in ("eos_early_stop", "chat_form")}
     before["params"] = {k: v for k, v in before["params"].items()  # steps, k, edit_tau, max_post_steps came later
                         if k not in ("steps", "k", "edit_tau", "max_post_steps")}
     assert cell.cell_id == hashlib.sha256(dumps(before).encode()).hexdigest()[:16]
@@ -235,8 +237,47 @@ def test_shipped_grids_keep_their_cell_ids():
     import json
     from pathlib import Path
 
+    from dataclasses import replace
+
     pinned = json.loads((Path(__file__).parent / "shipped_cell_ids.json").read_text())
     assert len(pinned) == 7 and sum(map(len, pinned.values())) > 100
     for name, ids in pinned.items():
-        current = {c.cell_id for c in load_spec(name).cells}
+        cells = load_spec(name).cells
+        # `chat: true` was single-turn when these ids were pinned and is the harness's multi-turn form
+        # now (test_chat_forms_have_ids_of_their_own): a chat cell's pinned id is its single-turn id
+        current = {c.cell_id if not c.chat else replace(c, chat_form="singleturn").cell_id for c in cells}
         assert set(ids) <= current, name
+
+
+def test_chat_forms_have_ids_of_their_own():
+    """`chat: true` is lm-eval's default form (multi-turn) and gets its own cell id; `chat: singleturn`
+    keeps the id `chat: true` had before the form existed (single-turn), so a store written then
+    never lends its single-turn samples to a multi-turn cell; a bad value is one line, exit 2."""
+    import hashlib
+
+    import yaml
+
+    from ripple.errors import RippleError
+    from ripple.platform.experiments.store import dumps
+
+    def cell(chat):
+        return parse_spec(yaml.safe_load(GOOD + f"chat: {chat}\n"), "t").cells[0]
+
+    multi, single, explicit, off = cell("true"), cell("singleturn"), cell("multiturn"), cell("false")
+    assert (multi.chat, multi.chat_form, multi.prompt_chat) == (True, "multiturn", "multiturn")
+    assert (single.prompt_chat, off.prompt_chat) == ("singleturn", False)
+    assert multi.cell_id == explicit.cell_id and len({multi.cell_id, single.cell_id, off.cell_id}) == 3
+    # single-turn hashes as `chat: true` did before the form existed (the pinned llada2 ids check it on a
+    # real grid: test_shipped_grids_keep_their_cell_ids); multi-turn hashes its form
+    assert single.identity()["chat"] is True and "chat_form" not in single.identity()
+    assert multi.identity()["chat_form"] == "multiturn"
+    assert single.cell_id == hashlib.sha256(dumps(single.identity()).encode()).hexdigest()[:16]
+    with pytest.raises(RippleError, match="'chat' takes false, true \\(= multiturn\\), multiturn or singleturn"):
+        cell("twoturn")
+    # a record written before the form existed reads back as single-turn
+    import polars as pl
+
+    from ripple.platform.experiments.store import SCHEMA, _conform
+
+    row = {c: None for c in SCHEMA if c != "chat_form"}
+    assert _conform(pl.DataFrame([row], schema={c: SCHEMA[c] for c in row}))["chat_form"].to_list() == ["singleturn"]
