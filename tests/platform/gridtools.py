@@ -47,9 +47,12 @@ def run_grid(*args: str, timeout: float = 300) -> dict:
 
 
 def start_grid(*args: str) -> subprocess.Popen:
-    """A driver in its own process group, so a test can SIGKILL it and everything it started."""
+    """A driver in its own process group, so a test can SIGKILL it and everything it started. SIGINT
+    is reset to its default for it: a suite started in the background of a non-interactive shell
+    (`make test &`) inherits SIGINT ignored, and Python keeps an ignored SIGINT ignored."""
     return subprocess.Popen(grid_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env(), start_new_session=True)
+                            env=env(), start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -81,7 +81,7 @@ def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
         while True:
             job = subprocess.run(
                 _ray("job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", ".", "--",
-                     "ripple", "grid", "demo", "--limit", "1", "--store", str(store_dir), "--json"),
+                     "ripple", "grid", "rps-tiny", "--limit", "1", "--store", str(store_dir), "--json"),
                 cwd=REPO, env=head_env, capture_output=True, text=True, timeout=600)
             if "No available agent to submit job" not in job.stderr or time.time() > deadline:
                 break
@@ -89,12 +89,12 @@ def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
         assert job.returncode == 0, (job.stdout + job.stderr)[-4000:]
         assert "succeeded" in job.stdout, job.stdout[-3000:]
         summary = json.loads(next(ln for ln in job.stdout.splitlines() if ln.startswith('{"spec"')))
-        assert (summary["planned"], summary["computed"]) == (54, 54)
+        assert (summary["planned"], summary["computed"]) == (27, 27)
     finally:
         _stop(head)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert not _group_alive(head.pid)  # the head and everything it started is gone
-    records = ResultStore(store_dir, "demo").read()
-    assert records.height == 54 and records["error"].null_count() == 54
-    assert records["cell_id"].n_unique() == 54 and (records["nfe"] > 0).all()
+    records = ResultStore(store_dir, "rps-tiny").read()
+    assert records.height == 27 and records["error"].null_count() == 27
+    assert records["cell_id"].n_unique() == 27 and (records["nfe"] > 0).all()
     assert (store_dir / "mlflow.db").exists()
