@@ -18,7 +18,7 @@ SHARED ?= ../shared
 TEST_WORKERS ?= 2
 
 test: .venv/.ready
-	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # demo.yaml through the grid path (Ray workers, result store in ./results, MLflow: `ripple ui`),
 # then the leaderboard of that store (./results/leaderboard/leaderboard.html; its path is printed)

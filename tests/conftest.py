@@ -48,7 +48,8 @@ _LONGEST = ("test_grid_resume.py", "test_grid_faults.py", "test_grid.py", "test_
 
 def pytest_collection_modifyitems(config, items):
     """Longest files first, then the other files with slow tests, then the many quick files: under
-    `make test`'s two xdist workers (whole files per worker, handed out in this order) the long files
+    `make test`'s two xdist workers (whole files per worker, handed out in this order: the Makefile turns off
+    xdist's own reordering by test count) the long files
     start at once and the quick ones fill in at the end, so both workers finish together."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
 
