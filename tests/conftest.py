@@ -41,16 +41,15 @@ def harness_tasks(shared, tmp_path_factory):
     return {name: (task, prompts(task)) for name, task in tasks.items()}
 
 
-
 # The longest files of the fresh-clone CI run (2026-12-02, --durations): started first
 _LONGEST = ("test_grid_resume.py", "test_grid_faults.py", "test_grid.py", "test_leaderboard.py")
 
 
 def pytest_collection_modifyitems(config, items):
     """Longest files first, then the other files with slow tests, then the many quick files: under
-    `make test`'s two xdist workers (whole files per worker, handed out in this order: the Makefile turns off
-    xdist's own reordering by test count) the long files
-    start at once and the quick ones fill in at the end, so both workers finish together."""
+    `make test`'s two xdist workers (whole files per worker, handed out in this order; the Makefile
+    turns off xdist's own reordering by test count) the long files start at once and the quick ones
+    fill in at the end, so both workers finish together."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
 
     def rank(item):

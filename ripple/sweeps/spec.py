@@ -225,11 +225,12 @@ class _SweepParser(SpecParser):
         problem = batch_metric_problem(batch_size, metric, weights)
         if problem:
             raise self.fail(problem)
+        chat, chat_form = self.chat(raw.get("chat", False))
         return SweepSpec(
             path=self.where, experiment=experiment, model=model, tasks=tasks, decoder=decoder, space=space,
             search=search, num_samples=num_samples, metric=metric, mode=mode, weights=weights, baseline=baseline,
             gen_length=gen[0], block_length=block[0], cache=cache, seed=seed[0], dtype=dtype,
-            **dict(zip(("chat", "chat_form"), self.chat(raw.get("chat", False)))), split=split,
+            chat=chat, chat_form=chat_form, split=split,
             stop_at_eos=self.flag(raw.get("stop_at_eos", False), "stop_at_eos"),
             eos_early_stop=self.flag(raw.get("eos_early_stop", False), "eos_early_stop"), data_dir=data_dir,
             workers=self.workers(raw.get("workers", {})), concurrent_trials=concurrent, description=description,

@@ -398,13 +398,15 @@ def format_table(run: GridRun) -> str:
     sums = run.summaries
     if not sums:
         return f"grid {run.store.experiment}: no samples stored"
-    settings = {"model": "model", "gen_length": "gen_length", "block_length": "block_length", "cache": "cache",
-                "seed": "seed", "dtype": "dtype", "chat": "prompt_chat"}  # header label -> cell attribute
-    varying = [c for c, a in settings.items() if len({getattr(s.cell, a) for s in sums}) > 1]
+    settings = ["model", "gen_length", "block_length", "cache", "seed", "dtype", "chat"]
+
+    def value(cell, name):  # the chat column shows the form (False, multiturn or singleturn)
+        return cell.prompt_chat if name == "chat" else getattr(cell, name)
+
+    varying = [c for c in settings if len({value(s.cell, c) for s in sums}) > 1]
     first = sums[0].cell
     limits = "/".join(map(str, sorted({s.n + s.errors for s in sums})))
-    head = (f"grid {run.store.experiment}: "
-            f"{', '.join(f'{c} {getattr(first, a)}' for c, a in settings.items() if c not in varying)}"
+    head = (f"grid {run.store.experiment}: {', '.join(f'{c} {value(first, c)}' for c in settings if c not in varying)}"
             f"; {limits} samples per cell; {run.computed} computed, {run.skipped} already stored")
     if run.workers:
         head += f"; {len(run.workers)} worker(s) on {', '.join(sorted({w['hardware'] for w in run.workers}))}"
@@ -414,7 +416,7 @@ def format_table(run: GridRun) -> str:
         head += f"; batch size {'/'.join(map(str, sizes))}"
     errors = any(s.errors for s in sums)
     edited = any(s.mean_edits is not None for s in sums)  # token editing: edits per sample
-    keys = [["task", *varying, "decoder"]] + [[s.cell.task, *(str(getattr(s.cell, settings[c])) for c in varying),
+    keys = [["task", *varying, "decoder"]] + [[s.cell.task, *(str(value(s.cell, c)) for c in varying),
                                                 s.cell.label()] for s in sums]
     minimum = [7] + [0] * len(varying) + [11]  # the widths of the original demo table
     widths = [max(m, *(len(row[i]) for row in keys)) for i, m in enumerate(minimum)]

@@ -308,16 +308,13 @@ class SpecParser:
 
     def chat(self, value: Any) -> tuple[bool, str]:
         """`chat`: false, or the chat template's form; true is lm-eval's default, multi-turn."""
-        from ...tasks.prompting import CHAT_FORMS
+        from ...tasks.prompting import CHAT_FORMS, chat_form
 
-        if value is False:
-            return False, "singleturn"
-        if value is True:
-            return True, "multiturn"
-        if value in CHAT_FORMS:
-            return True, value
-        forms = f"{', '.join(CHAT_FORMS[:-1])} or {CHAT_FORMS[-1]}"
-        raise self.fail(f"'chat' takes false, true (= multiturn), {forms}, got {value!r}")
+        if not isinstance(value, bool) and value not in CHAT_FORMS:
+            forms = f"{', '.join(CHAT_FORMS[:-1])} or {CHAT_FORMS[-1]}"
+            raise self.fail(f"'chat' takes false, true (= {chat_form(True)}), {forms}, got {value!r}")
+        form = chat_form(value)
+        return form is not None, form or "singleturn"  # off: the form a record without one means
 
     def flag(self, value: Any, key: str) -> bool:
         if not isinstance(value, bool):

@@ -23,15 +23,16 @@ SPEC = """experiment: {name}
 models: [ripple-tiny]
 tasks: [arith]
 limit: {limit}
-decoders: [default{more}]
+decoders: [{decoders}]
 gen_lengths: [{gen}]
 block_lengths: [{block}]
 workers: {{count: 1, cpus: 1}}
 """
 
 
-def _spec(tmp_path, name, limit, gen=128, block=32, more=""):
-    return write_spec(tmp_path / f"{name}.yaml", SPEC.format(name=name, limit=limit, gen=gen, block=block, more=more))
+def _spec(tmp_path, name, limit, gen=128, block=32, decoders="default"):
+    return write_spec(tmp_path / f"{name}.yaml",
+                      SPEC.format(name=name, limit=limit, gen=gen, block=block, decoders=decoders))
 
 
 def _exactly_once(store: ResultStore, total: int) -> None:
@@ -79,7 +80,7 @@ def test_a_second_driver_is_refused_and_a_killed_drivers_lock_is_taken_over(tmp_
 
 
 def test_a_truncated_part_file_is_quarantined_recomputed_and_reported(tmp_path, capsys):
-    spec, store_dir = _spec(tmp_path, "damaged", 3, gen=16, block=16, more=", confidence"), tmp_path / "store"
+    spec, store_dir = _spec(tmp_path, "damaged", 3, gen=16, block=16, decoders="default, confidence"), tmp_path / "store"
     store = ResultStore(store_dir, "damaged")
     run_grid(str(spec), "--store", str(store_dir), "--no-tracking")
     files = store.files()
@@ -115,7 +116,7 @@ def small_tmpfs(tmp_path):
 
 
 def test_a_full_disk_stops_the_grid_in_one_line_and_a_rerun_after_freeing_space_completes(tmp_path, small_tmpfs):
-    spec, store_dir = _spec(tmp_path, "full", 8, gen=16, block=16, more=", confidence"), small_tmpfs / "store"
+    spec, store_dir = _spec(tmp_path, "full", 8, gen=16, block=16, decoders="default, confidence"), small_tmpfs / "store"
     store = ResultStore(store_dir, "full")
     proc = subprocess.run(grid_cmd(str(spec), "--store", str(store_dir), "--no-tracking", "--json"),
                           capture_output=True, text=True, env=env(), timeout=300)  # --json: no progress bar
@@ -157,8 +158,7 @@ def test_sigint_and_sigterm_stop_a_grid_cleanly(tmp_path, signum, status):
 
     # Confidence's fast cell first: its records are stored within seconds, so the signal lands in the
     # slow default cell after it even on a loaded machine (a signal waits for the sample in flight)
-    spec, store_dir = _spec(tmp_path, "stopped", 6, more=", confidence"), tmp_path / "store"
-    spec.write_text(spec.read_text().replace("[default, confidence]", "[confidence, default]"))
+    spec, store_dir = _spec(tmp_path, "stopped", 6, decoders="confidence, default"), tmp_path / "store"
     store = ResultStore(store_dir, "stopped")
     proc = start_grid(str(spec), "--store", str(store_dir))
     try:

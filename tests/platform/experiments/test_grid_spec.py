@@ -235,9 +235,8 @@ def test_shipped_grids_keep_their_cell_ids():
     """Every cell of every shipped grid as of commit 8afd28c (before token editing, k and the
     ripple-tiny-bd rows) keeps its id: a new hyperparameter at its default is id-neutral."""
     import json
-    from pathlib import Path
-
     from dataclasses import replace
+    from pathlib import Path
 
     pinned = json.loads((Path(__file__).parent / "shipped_cell_ids.json").read_text())
     assert len(pinned) == 7 and sum(map(len, pinned.values())) > 100
