@@ -10,8 +10,12 @@ response positions:
 - Mask-to-Token (M2T): a ratio t ~ U(eps, 1) of them is masked; cross-entropy on those, weighted
   by 1/t (the masked-diffusion bound, as LLaDA's SFT).
 - Token-to-Token (T2T, LLaDA2.1): of the positions left visible, a share s ~ U(0, edit_share) is
-  replaced by random ordinary tokens; cross-entropy on restoring the original token there, so the
-  model learns to spot and rewrite wrong tokens, which editing decoders act on.
+  selected ("perturbed"); each selected position is replaced by a random ordinary token, except
+  that a share `edit_keep` of them keeps its own token (BERT's unchanged share). Cross-entropy on
+  the original token at every selected position: the model learns to spot and rewrite wrong
+  tokens, which editing decoders act on, and, from the kept ones, to keep right ones. Without the
+  kept share every visible token it is scored on is wrong, so it learns to distrust them all and
+  an editing decoder rewrites correct tokens (ripple-tiny-bd's first recipe, edit_keep 0).
 Both losses are summed over the block and divided by its response positions.
 
 Every row ends at a block boundary, so with left padding all current blocks are the batch's last
@@ -76,7 +80,8 @@ class BlockBatcher:
         share = torch.rand(Bsz, 1, generator=gen) * cfg.edit_share  # [Bsz, 1]
         perturbed = (torch.rand(Bsz, B, generator=gen) < share) & resp & ~masked  # [Bsz, B]
         noise = self.ordinary[torch.randint(len(self.ordinary), (Bsz, B), generator=gen)]  # [Bsz, B]
-        perturbed &= noise != target  # a "replacement" by the same token teaches nothing
+        keep = torch.rand(Bsz, B, generator=gen) < cfg.edit_keep  # [Bsz, B] selected, left unchanged
+        noise = torch.where(keep, target, noise)
         block = torch.where(masked, torch.full_like(target, self.mask_id), target)
         tokens[:, T - B:] = torch.where(perturbed, noise, block)
         attn = block_causal_visibility(pad, positions, B)  # [Bsz, 1, T, T], the engine's mask

@@ -66,12 +66,16 @@ class TrainConfig:
     shared_experts: int = 1
     dense_layers: int = 1
     routed_scaling: float = 2.5
-    edit_share: float = 0.0  # T2T: up to this share of the current block's visible tokens randomised
+    edit_share: float = 0.0  # T2T: up to this share of the current block's visible tokens selected
+    edit_keep: float = 0.0  # T2T: share of the selected positions that keep their token (the rest: random)
     bias_rate: float = 1e-3  # expert-bias balancing step
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise RippleError(f"unknown family {self.family!r}; accepted: {', '.join(FAMILIES)}")
+        for name in ("edit_share", "edit_keep"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise RippleError(f"{name} {getattr(self, name)} is not a share; accepted: 0 to 1")
         if len(self.mix) != len(self.tasks) or min(self.mix) < 1:
             raise RippleError(f"mix {','.join(map(str, self.mix))} needs one positive count for each of the tasks "
                               f"{', '.join(self.tasks)}")
@@ -365,7 +369,7 @@ def _tiny_bd(out: str, **kw) -> TrainConfig:
     """ripple-tiny-bd's recipe (its model card): LLaDA2's layout in miniature, block 16."""
     base = dict(family="llada2_moe", steps=15000, lr=3e-3, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2,
                 mlp_hidden=352, experts=8, experts_per_token=2, expert_groups=4, topk_groups=2, expert_hidden=64,
-                shared_experts=1, dense_layers=1, block_length=16, edit_share=0.25, mix=(7, 1, 4))
+                shared_experts=1, dense_layers=1, block_length=16, edit_share=0.25, edit_keep=0.5, mix=(7, 1, 4))
     base.update(kw)
     return TrainConfig(out=out, **base)
 
@@ -373,7 +377,7 @@ def _tiny_bd(out: str, **kw) -> TrainConfig:
 def _micro_bd(out: str, **kw) -> TrainConfig:
     """`micro` for the llada2_moe family (tests)."""
     return _micro(out, **{**dict(family="llada2_moe", n_kv_heads=1, experts=4, experts_per_token=2, expert_groups=2,
-                                 topk_groups=1, expert_hidden=32, block_length=16, edit_share=0.25), **kw})
+                                 topk_groups=1, expert_hidden=32, block_length=16, edit_share=0.25, edit_keep=0.5), **kw})
 
 
 PRESETS = {"tiny": _tiny, "micro": _micro, "tiny-bd": _tiny_bd, "micro-bd": _micro_bd}
