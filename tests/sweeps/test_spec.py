@@ -11,9 +11,11 @@ BASE = {"model": "ripple-tiny", "tasks": {"arith": {"limit": 3}}, "decoder": "rp
 
 
 def test_shipped_specs_validate():
-    assert shipped_sweep_specs() == ["rps-freefunc", "rps-lambda", "rps-table3", "tiny-demo"]
-    dev = load_sweep_spec("rps-freefunc")
-    assert dev.split == "dev" and dev.tasks == (("freefunc", 200),)  # tuned off the test problems
+    assert shipped_sweep_specs() == ["rps-bd-freefunc", "rps-freefunc", "rps-lambda", "rps-table3", "tiny-demo"]
+    for name, model in (("rps-freefunc", "ripple-tiny"), ("rps-bd-freefunc", "ripple-tiny-bd")):
+        dev = load_sweep_spec(name)
+        assert dev.split == "dev" and dev.tasks == (("freefunc", 200),) and dev.model == model  # tuned off the test problems
+    assert load_sweep_spec("rps-bd-freefunc").trial_count() == 24
     lam = load_sweep_spec("rps-lambda")
     assert [d.grid_values() for d in lam.space.dims] == [[0.0, 0.1, 0.2, 0.3, 0.4, 0.5]]
     assert lam.trial_count() == 6 and lam.baseline
@@ -91,7 +93,7 @@ def test_malformed_spec_is_one_line_exit_2(tmp_path, capsys, text, message):
 
 def test_cli_usage_errors_and_dry_run(tmp_path, capsys):
     assert main(["sweep", "no-such-spec", "--experiment", "x"]) == 2
-    assert "shipped spec: rps-freefunc, rps-lambda, rps-table3, tiny-demo" in capsys.readouterr().err
+    assert "shipped spec: rps-bd-freefunc, rps-freefunc, rps-lambda, rps-table3, tiny-demo" in capsys.readouterr().err
     assert main(["sweep", "tiny-demo", "--experiment", "x", "--trials", "3"]) == 2
     assert "--trials applies to random and optuna" in capsys.readouterr().err
     assert main(["sweep", "tiny-demo", "--experiment", "bad name"]) == 2
