@@ -27,6 +27,7 @@ import hashlib
 import itertools
 import re
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ class Cell(DecodeSettings):
         return {"model": self.model, "task": self.task, "decoder": self.decoder, "params": dict(self.params),
                 **self.decode_settings()}
 
-    @property
+    @cached_property  # the grid's loops ask per sample; fields are frozen, so hash once per cell
     def cell_id(self) -> str:
         return hashlib.sha256(dumps(self.identity()).encode()).hexdigest()[:16]
 

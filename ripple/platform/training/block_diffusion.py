@@ -15,7 +15,8 @@ response positions:
   the original token at every selected position: the model learns to spot and rewrite wrong
   tokens, which editing decoders act on, and, from the kept ones, to keep right ones. Without the
   kept share every visible token it is scored on is wrong, so it learns to distrust them all and
-  an editing decoder rewrites correct tokens (ripple-tiny-bd's first recipe, edit_keep 0).
+  an editing decoder rewrites correct tokens (ripple-tiny-bd's version 1, trained before the kept
+  share existed).
 Both losses are summed over the block and divided by its response positions.
 
 Every row ends at a block boundary, so with left padding all current blocks are the batch's last
@@ -109,3 +110,29 @@ def balance_experts(model, valid: torch.Tensor, rate: float) -> None:
         with torch.no_grad():
             moe.expert_bias.add_(rate * torch.sign(load.mean() - load))
         moe.last_idx = None
+
+
+@torch.no_grad()
+def expert_shares(model, batcher: BlockBatcher, batches: int = 8, seed: int = 12345,
+                  first_step: int = 100_000) -> dict[int, list[float]]:
+    """Each MoE layer's share of the routed (non-pad) token slots per expert, over `batches` training
+    batches from `first_step` on (1 / n_experts each if perfectly even): what the expert bias
+    balances, measured on a trained model in eval mode (the model card's figure)."""
+    gen = torch.Generator().manual_seed(seed)
+    moes = {i: layer.moe for i, layer in enumerate(model.layers) if layer.moe is not None}
+    loads = {i: torch.zeros(moe.cfg.n_experts) for i, moe in moes.items()}
+    inputs: dict[int, torch.Tensor] = {}
+    hooks = [moe.register_forward_hook(lambda m, a, o, i=i: inputs.__setitem__(i, a[0])) for i, moe in moes.items()]
+    try:
+        for step in range(first_step, first_step + batches):
+            tokens, positions, attn, pad, *_ = batcher.batch(step, gen)
+            model(tokens, positions, attn_mask=attn)
+            keep = (~pad).reshape(-1)  # [Bsz*T]
+            for i, moe in moes.items():
+                h = inputs[i].reshape(-1, inputs[i].shape[-1])[keep]  # [tokens, d]
+                idx, _ = moe.route(h)  # [tokens, k]
+                loads[i] += torch.bincount(idx.reshape(-1), minlength=moe.cfg.n_experts).float()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {i: (load / load.sum()).tolist() for i, load in loads.items()}

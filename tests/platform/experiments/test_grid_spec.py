@@ -1,5 +1,8 @@
 """Grid specs: every shipped spec validates; a malformed one is one clear line and exit 2, with
 nothing written; cell ids are stable hashes of the settings."""
+import pickle
+from dataclasses import replace
+
 import pytest
 
 from ripple.cli import main
@@ -67,6 +70,11 @@ def test_cell_ids_are_stable_hashes_of_the_settings():
     limited = parse_spec({**base, "decoders": ["confidence"], "limit": 3}, "t").cells[0]
     assert plain.cell_id == explicit.cell_id == limited.cell_id != other.cell_id
     assert plain.cell_id == "2291ee73f73b122c"  # pinned: a changed hash would orphan every stored result
+    # the id is computed once per cell: a copy with another setting, or a cell shipped to a worker, never
+    # carries a stale one
+    assert replace(plain, seed=1).cell_id not in (plain.cell_id, replace(plain, seed=2).cell_id)
+    assert pickle.loads(pickle.dumps(plain)).cell_id == plain.cell_id
+    assert replace(plain, seed=0).cell_id == plain.cell_id
 
 
 def test_list_valued_hyperparameters_expand_and_limits_combine():

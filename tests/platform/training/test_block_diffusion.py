@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from ripple.platform.runtime.engine import Engine
 from ripple.platform.runtime.loading import load_model
-from ripple.platform.training.block_diffusion import BlockBatcher, block_loss
+from ripple.platform.training.block_diffusion import BlockBatcher, block_loss, expert_shares
 from ripple.platform.training.train import PRESETS, Batcher, build_model, train
 
 
@@ -110,15 +110,9 @@ def test_expert_bias_balances_the_router(tmp_path):
               progress=False)
         lm = load_model(str(out), "float32", "cpu")
         bb, *_ = _batcher(out, batch_size=64)
-        tokens, positions, attn, pad, *_ = bb.batch(0, torch.Generator().manual_seed(0))
-        moe = lm.model.layers[1].moe
-        x = lm.model.embed(tokens)
-        seen = {}
-        moe.register_forward_hook(lambda m, a, o: seen.setdefault("h", a[0]))
-        lm.model(tokens, positions, attn_mask=attn)
-        idx, _ = moe.route(seen["h"].reshape(-1, x.shape[-1])[(~pad).reshape(-1)])
-        load = torch.bincount(idx.reshape(-1), minlength=moe.cfg.n_experts).float()
-        return float(load.max() / load.mean())
+        shares = torch.tensor(expert_shares(lm.model, bb, batches=1, seed=0)[1])  # layer 1, the first MoE layer
+        assert abs(float(shares.sum()) - 1) < 1e-6
+        return float(shares.max() / shares.mean())
 
     assert spread(0.01) < 0.8 * spread(0.0)  # max load / mean load
 
