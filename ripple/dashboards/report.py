@@ -37,7 +37,7 @@ from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 
 SETTING = ("model", "task", "decoder", "params", "gen_length", "block_length", "cache", "seed", "dtype", "chat",
-           "split", "stop_at_eos", "eos_early_stop", "chat_form")
+           "split", "stop_at_eos", "eos_early_stop", "chat_form", "task_options")
 BASELINE = ("model", "task", *(f.name for f in dataclasses.fields(DecodeSettings)))  # = Cell.baseline_key()
 CONTEXT = tuple(k for k in BASELINE if k != "task")  # one main table (tasks side by side) per context
 ALWAYS_SHOWN = ("model", "gen_length", "block_length", "cache")

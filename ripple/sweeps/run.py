@@ -180,7 +180,7 @@ def run_sweep(spec: SweepSpec, store_dir: str | os.PathLike, *, tracking_uri: st
             from ..platform.experiments.tracking import Tracker
 
             tracker = Tracker.open(spec.experiment, store.root, tracking_uri)
-        examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit in spec.tasks}
+        examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit, _ in spec.tasks}
         store.compact()  # merge what an interrupted run left, before trials add their part files
         digests = model_digests([spec.model])
         store.check_weights(digests, "give a new --experiment (a sweep resumes from what its experiment stores)")
@@ -350,7 +350,7 @@ def write_outputs(run: SweepRun) -> Path:
         b = run.baseline
         speed = f"{b.tps:.1f} TPS" if b.tps is not None else f"{b.throughput or 0.0:.1f} tokens/s (batch {b.batch_size})"
         base = f"; default: {b.accuracy:.1f}% at {speed}, NFE {b.mean_nfe:.1f}"
-    tasks = ", ".join(t for t, _ in run.spec.tasks)
+    tasks = ", ".join(t for t, _, _ in run.spec.tasks)
     speed = pl.col("tps") if run.spec.batch_size == 1 else pl.col("throughput").alias("tps")
     axis = "" if run.spec.batch_size == 1 else f"; x axis: throughput at batch {run.spec.batch_size}"
     plot_pareto(points.select("label", "accuracy", speed, "mean_nfe"),
@@ -367,7 +367,7 @@ def _log_mlflow(run: SweepRun, tracker) -> None:
     now = int(time.time() * 1000)
     parent = client.create_run(tracker.experiment_id, run_name=f"sweep {spec.decoder} {run.sweep_id}",
                                tags={PARENT_TAG: run.sweep_id, "ripple_spec": spec.path}).info.run_id
-    params = {"model": spec.model, "tasks": dumps(dict(spec.tasks)), "decoder": spec.decoder, "search": spec.search,
+    params = {"model": spec.model, "tasks": dumps({t: n for t, n, _ in spec.tasks}), "decoder": spec.decoder, "search": spec.search,
               "num_samples": spec.num_samples, "metric": spec.metric, "mode": spec.mode,
               "space": "; ".join(d.describe() for d in spec.space.dims), "fixed": dumps(dict(spec.space.fixed)),
               "gen_length": spec.gen_length, "block_length": spec.block_length, "cache": spec.cache,
@@ -405,7 +405,7 @@ def format_table(run: SweepRun) -> str:
     spec = run.spec
     names = [d.name for d in spec.space.dims]
     head = (f"sweep {spec.experiment}: {spec.decoder} on {spec.model}, {spec.search} search, {len(run.trials)} trials; "
-            f"accuracy over every sample of {', '.join(t for t, _ in spec.tasks)}")
+            f"accuracy over every sample of {', '.join(t for t, _, _ in spec.tasks)}")
     batched = spec.batch_size > 1
     cols = ["trial", *names, "accuracy %", "mean NFE", "TPF", "TPS", "speedup", *(["throughput"] if batched else []),
             "front"]

@@ -51,7 +51,7 @@ class SweepSpec(DecodeSettings):
     path: str
     experiment: str
     model: str
-    tasks: tuple[tuple[str, int | None], ...]  # (task, samples per cell)
+    tasks: tuple[tuple[str, int | None, str], ...]  # (task, samples per cell, the task's options as JSON)
     decoder: str
     space: SearchSpace
     search: str  # grid | random | optuna
@@ -70,7 +70,7 @@ class SweepSpec(DecodeSettings):
         """One cell per task for `decoder` with every hyperparameter in `params` (public names)."""
         ordered = tuple(sorted(params.items()))
         return tuple(Cell(model=self.model, task=task, decoder=decoder, params=ordered, limit=limit,
-                          **self.decode_settings()) for task, limit in self.tasks)
+                          **{**self.decode_settings(), "task_options": options}) for task, limit, options in self.tasks)
 
     def baseline_cells(self) -> tuple[Cell, ...]:
         from ..decoders import get
@@ -102,7 +102,7 @@ class SweepSpec(DecodeSettings):
         if limit is not None:
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise RippleError(f"--limit must be a positive number of samples per task, got {limit}")
-            out = replace(out, tasks=tuple((t, limit if n is None else min(n, limit)) for t, n in out.tasks))
+            out = replace(out, tasks=tuple((t, limit if n is None else min(n, limit), o) for t, n, o in out.tasks))
         if trials is not None:
             if out.search == "grid":
                 raise RippleError(f"--trials applies to random and optuna searches; this grid search runs all "
@@ -115,7 +115,7 @@ class SweepSpec(DecodeSettings):
         return out
 
     def describe(self) -> str:
-        tasks = ", ".join(f"{t} ({'all' if n is None else n})" for t, n in self.tasks)
+        tasks = ", ".join(f"{t} ({'all' if n is None else n}{'' if o == '{}' else ', ' + o})" for t, n, o in self.tasks)
         dims = "; ".join(d.describe() for d in self.space.dims)
         fixed = ", ".join(f"{k}={v}" for k, v in self.space.fixed)
         return (f"sweep {self.experiment}: {self.decoder} on {self.model}, tasks {tasks}; {self.search} search, "

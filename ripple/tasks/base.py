@@ -45,6 +45,17 @@ class Task(ABC):
     metric: ClassVar[str]  # what `Score.correct` averages to, e.g. "exact_match", "pass@1"
     stop_sequences: ClassVar[tuple[str, ...]]  # generation is cut at the first of these
     uses_data: ClassVar[bool] = False  # True: the constructor takes `data_dir` (a local copy of the dataset)
+    # constructor options a grid or sweep spec may set per task (e.g. a code task's sandbox limits);
+    # they can change a score, so they are part of a cell's identity
+    options: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """Raise a one-line RippleError for an option this task does not take or a bad value."""
+        for key in options:
+            if key not in cls.options:
+                accepted = ", ".join(cls.options) if cls.options else "none"
+                raise RippleError(f"task {cls.name} takes no option {key!r}; accepted: {accepted}")
 
     @abstractmethod
     def examples(self, split: str = "test", limit: int | None = None) -> list[Example]:

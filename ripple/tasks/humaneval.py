@@ -30,18 +30,28 @@ def score_program(program: str, tests: tuple[str, ...], limits: dict | None = No
 
 
 class CodeTask(BenchmarkTask):
-    """A benchmark scored by running programs: sandbox limits per task (`LIMITS` by default)."""
+    """A benchmark scored by running programs: sandbox limits per task (`LIMITS` by default), settable
+    from a grid or sweep spec (`tasks: {humaneval: {timeout_s: 10}}`)."""
 
     limits: ClassVar[dict[str, Any]] = LIMITS
+    options: ClassVar[tuple[str, ...]] = ("timeout_s", "cpu_s", "memory_mb")
 
     def __init__(self, data_dir: str | None = None, timeout_s: float | None = None, cpu_s: float | None = None,
                  memory_mb: int | None = None) -> None:
         super().__init__(data_dir)
-        given = {"timeout_s": timeout_s, "cpu_s": cpu_s, "memory_mb": memory_mb}
-        for key, value in given.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise RippleError(f"task {self.name}: {key} must be a positive number, got {value!r}")
-        self.limits = {**self.limits, **{k: v for k, v in given.items() if v is not None}}
+        given = {k: v for k, v in {"timeout_s": timeout_s, "cpu_s": cpu_s, "memory_mb": memory_mb}.items()
+                 if v is not None}
+        self.check_options(given)
+        self.limits = {**self.limits, **given}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        super().check_options(options)
+        for key, value in options.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise RippleError(f"task {cls.name}: {key} must be a positive number, got {value!r}")
+            if key == "memory_mb" and not isinstance(value, int):
+                raise RippleError(f"task {cls.name}: memory_mb must be a whole number of MiB, got {value!r}")
 
 
 @register_task

@@ -14,7 +14,7 @@ def test_shipped_specs_validate():
     assert shipped_sweep_specs() == ["rps-bd-freefunc", "rps-freefunc", "rps-lambda", "rps-table3", "tiny-demo"]
     for name, model in (("rps-freefunc", "ripple-tiny"), ("rps-bd-freefunc", "ripple-tiny-bd")):
         dev = load_sweep_spec(name)
-        assert dev.split == "dev" and dev.tasks == (("freefunc", 200),) and dev.model == model  # tuned off the test problems
+        assert dev.split == "dev" and dev.tasks == (("freefunc", 200, "{}"),) and dev.model == model  # tuned off the test problems
     assert load_sweep_spec("rps-bd-freefunc").trial_count() == 24
     lam = load_sweep_spec("rps-lambda")
     assert [d.grid_values() for d in lam.space.dims] == [[0.0, 0.1, 0.2, 0.3, 0.4, 0.5]]
@@ -23,8 +23,16 @@ def test_shipped_specs_validate():
     assert {d.name: (d.lo, d.hi) for d in table3.space.dims} == {"k_max": (2, 20), "r": (0.01, 0.5),
                                                                   "tau_pivot": (0.7, 0.99)}
     tiny = load_sweep_spec(str(SPECS_DIR / "tiny-demo.yaml"))
-    assert tiny.model == "ripple-tiny" and [t for t, _ in tiny.tasks] == ["arith", "pyfunc"]
+    assert tiny.model == "ripple-tiny" and [t for t, _, _ in tiny.tasks] == ["arith", "pyfunc"]
     assert tiny.trial_count() == 4
+
+
+def test_a_tasks_sandbox_options_reach_every_trial_cell():
+    sweep = parse_sweep_spec({**BASE, "tasks": {"humaneval": {"limit": 2, "timeout_s": 10}, "arith": {"limit": 3}}},
+                             "t.yaml")
+    cells = sweep.cells_for("rps", {"lambda": 0.1})
+    assert [(c.task, c.limit, c.task_options) for c in cells] == [("humaneval", 2, '{"timeout_s":10}'), ("arith", 3, "{}")]
+    assert "humaneval (2, {\"timeout_s\":10})" in sweep.describe()
 
 
 def test_trial_cells_are_grid_cells():
@@ -41,7 +49,7 @@ def test_trial_cells_are_grid_cells():
 def test_overrides_from_the_command_line():
     spec = parse_sweep_spec({**BASE, "search": "random", "num_samples": 5}, "t.yaml")
     out = spec.with_overrides(experiment="x1", limit=2, trials=3)
-    assert (out.experiment, out.tasks, out.num_samples) == ("x1", (("arith", 2),), 3)
+    assert (out.experiment, out.tasks, out.num_samples) == ("x1", (("arith", 2, "{}"),), 3)
 
 
 def test_batch_size_keeps_cell_ids_and_needs_a_metric_it_measures():

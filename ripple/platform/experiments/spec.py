@@ -41,7 +41,7 @@ TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_len
             "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "data_dir", "workers",
             "batch_size")
 DECODER_KEYS = ("name", "params", "task_params", "models")
-TASK_KEYS = ("limit",)
+TASK_KEYS = ("limit",)  # plus the task's own options (`Task.options`)
 WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
 WORKER_DEVICES = ("auto", "gpu", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -77,6 +77,8 @@ class Cell(DecodeSettings):
             del ident["eos_early_stop"]
         if ident["chat_form"] == "singleturn" or not self.chat:
             del ident["chat_form"]
+        if ident["task_options"] == "{}":
+            del ident["task_options"]
         neutral = get(self.decoder).Params.id_neutral() if self.decoder in names() else {}
         ident["params"] = {k: v for k, v in ident["params"].items() if k not in neutral or neutral[k] != v}
         return ident
@@ -187,6 +189,9 @@ class GridSpec:
                 lines += self._per_task()
         limits = sorted({"all" if c.limit is None else str(c.limit) for c in self.cells})
         lines.append(f"  samples per cell: {', '.join(limits)}")
+        options = dict.fromkeys(f"{c.task} {c.task_options}" for c in self.cells if c.task_options != "{}")
+        if options:
+            lines.append(f"  task options: {'; '.join(options)}")
         lines.append(f"  batch size: {self.batch_size}")
         return "\n".join(lines)
 
@@ -351,7 +356,7 @@ class SpecParser:
         for model in models:
             self.model(model)
         tasks = self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit"))
-        decoders = self.decoders(raw["decoders"], models, [task for task, _ in tasks])
+        decoders = self.decoders(raw["decoders"], models, [task for task, _, _ in tasks])
         gens = self.positive_ints(raw["gen_lengths"], "gen_lengths")
         blocks = self.positive_ints(raw["block_lengths"], "block_lengths")
         caches = self.caches(raw.get("caches", ["none"]))
@@ -377,8 +382,8 @@ class SpecParser:
         cells = tuple(
             Cell(model=model, task=task, decoder=name, params=params, limit=limit, gen_length=gen, block_length=block,
                  cache=cache, seed=seed, dtype=dtype, chat=chat, chat_form=chat_form, split=split, stop_at_eos=stop,
-                 eos_early_stop=early)
-            for model, (task, limit), (name, per_task, only) in itertools.product(models, tasks, decoders)
+                 eos_early_stop=early, task_options=options)
+            for model, (task, limit, options), (name, per_task, only) in itertools.product(models, tasks, decoders)
             if only is None or model in only
             for params, gen, block, cache, seed in itertools.product(per_task[task], gens, blocks, caches, seeds)
         )
@@ -414,27 +419,37 @@ class SpecParser:
         raise self.fail(f"model {name!r} not found: give a checkpoint directory, a hub id (org/name) "
                         f"or an embedded name: {', '.join(EMBEDDED)}")
 
-    def tasks(self, value: Any, limit: int | None) -> list[tuple[str, int | None]]:
-        from ...tasks import task_class
-
-        if isinstance(value, dict):
-            if not value:
-                raise self.fail("'tasks' is empty; give at least one task")
-            entries = []
-            for name, opts in value.items():
-                opts = {} if opts is None else opts
-                if not isinstance(opts, dict):
-                    raise self.fail(f"task {name!r} takes a mapping such as {{limit: 50}}, got {opts!r}")
-                self.keys(opts, TASK_KEYS, f" in task {name!r}")
-                entries.append((name, self.limit(opts.get("limit", limit), f"tasks.{name}.limit")))
-        else:
-            entries = [(name, limit) for name in self.strings(value, "tasks")]
-        for name, _ in entries:
+    def tasks(self, value: Any, limit: int | None) -> list[tuple[str, int | None, str]]:
+        """(name, limit, options JSON) per task; options are the task's own (`Task.options`)."""
+        if not isinstance(value, dict):
+            names = self.strings(value, "tasks")
+            for name in names:
+                self.task_class(name)
+            return [(name, limit, "{}") for name in names]
+        if not value:
+            raise self.fail("'tasks' is empty; give at least one task")
+        entries = []
+        for name, opts in value.items():
+            cls = self.task_class(str(name))
+            opts = {} if opts is None else opts
+            if not isinstance(opts, dict):
+                raise self.fail(f"task {name!r} takes a mapping such as {{limit: 50}}, got {opts!r}")
+            self.keys(opts, TASK_KEYS + cls.options, f" in task {name!r}")
+            options = {k: v for k, v in opts.items() if k != "limit"}
             try:
-                task_class(str(name))
+                cls.check_options(options)
             except RippleError as exc:
                 raise self.fail(str(exc)) from None
+            entries.append((name, self.limit(opts.get("limit", limit), f"tasks.{name}.limit"), dumps(options)))
         return entries
+
+    def task_class(self, name: str):
+        from ...tasks import task_class
+
+        try:
+            return task_class(name)
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
 
     def decoders(self, value: Any, models: list[str], tasks: list[str]
                  ) -> list[tuple[str, dict[str, list[tuple]], frozenset | None]]:

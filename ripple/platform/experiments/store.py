@@ -78,6 +78,9 @@ class DecodeSettings:
     # before the form existed, so that is what a record without it means, and a cell id leaves it
     # out when single-turn: old ids keep their meaning and multi-turn cells get ids of their own
     chat_form: str = "singleturn"
+    # JSON of the task's constructor options set by the spec (a code task's sandbox limits), sorted;
+    # "{}" = the task's defaults, what every record before the key existed used (left out of ids)
+    task_options: str = "{}"
 
     def decode_settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(DecodeSettings)}
@@ -145,7 +148,8 @@ SCHEMA: dict[str, pl.DataType] = _schema()
 KEY = ["cell_id", "sample_id"]
 # columns added after stores were first written, with the value a record written before them means
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
-                                 "eos_early_stop": False, "chat_form": "singleturn"}
+                                 "eos_early_stop": False, "chat_form": "singleturn",
+                                 "task_options": "{}"}
 
 
 def _conform(frame: pl.DataFrame) -> pl.DataFrame:

@@ -10,6 +10,7 @@ carrying its error, so the driver stores it instead of losing it.
 """
 from __future__ import annotations
 
+import json
 import os
 import platform as pyplatform
 import socket
@@ -110,7 +111,7 @@ class SampleWorker:
         # stamped on every record: which checkpoint decoded it. The driver passes the digest it took of a
         # local checkpoint (no second read of every weight byte per worker); a hub download is digested here.
         self.weights = weights or weights_digest(self.lm.path)
-        self._tasks: dict[str, Any] = {}
+        self._tasks: dict[tuple[str, str], Any] = {}
         self._decode = threading.Lock()
 
     def info(self) -> dict[str, Any]:
@@ -118,12 +119,13 @@ class SampleWorker:
                 "device": str(self.lm.device), "hardware": self.hardware,
                 "weights": self.weights}
 
-    def _task(self, name: str):
-        if name not in self._tasks:
+    def _task(self, name: str, options: str = "{}"):
+        """The task instance a cell scores with: one per (task, its spec options JSON)."""
+        if (name, options) not in self._tasks:
             from ...tasks import get_task
 
-            self._tasks[name] = get_task(name, data_dir=self.data_dir)
-        return self._tasks[name]
+            self._tasks[name, options] = get_task(name, data_dir=self.data_dir, **json.loads(options))
+        return self._tasks[name, options]
 
     def run(self, item: WorkItem) -> SampleRecord:
         """One sample alone (batch 1)."""
@@ -156,7 +158,7 @@ class SampleWorker:
             decoder = build(cell.decoder, {k: str(v) for k, v in cell.params})
             config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop)
             with self._decode:
-                task = self._task(cell.task)
+                task = self._task(cell.task, cell.task_options)
                 torch.manual_seed(cell.seed)
                 decoded = run_batch(self.engine, self.lm.tokenizer, task, [it.example for it in items], decoder,
                                     config, chat=cell.prompt_chat)

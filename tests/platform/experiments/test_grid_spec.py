@@ -77,6 +77,19 @@ def test_cell_ids_are_stable_hashes_of_the_settings():
     assert replace(plain, seed=0).cell_id == plain.cell_id
 
 
+def test_task_options_are_part_of_a_cells_identity_only_when_set():
+    base = {"models": ["ripple-tiny"], "decoders": ["default"], "gen_lengths": [48], "block_lengths": [16]}
+    plain = parse_spec({**base, "tasks": ["humaneval"]}, "t").cells[0]
+    mapped = parse_spec({**base, "tasks": {"humaneval": {"limit": 3}}}, "t").cells[0]
+    tight = parse_spec({**base, "tasks": {"humaneval": {"timeout_s": 10, "memory_mb": 2048}}}, "t").cells[0]
+    assert plain.task_options == mapped.task_options == "{}" and plain.cell_id == mapped.cell_id  # ids as before
+    assert tight.task_options == '{"memory_mb":2048,"timeout_s":10}' and tight.cell_id != plain.cell_id
+    assert "task_options" not in plain.identity() and tight.identity()["task_options"] == tight.task_options
+    both = parse_spec({**base, "tasks": {"humaneval": {"timeout_s": 10}, "arith": None}}, "t")
+    assert '  task options: humaneval {"timeout_s":10}\n' in both.describe()
+    assert "task options" not in parse_spec({**base, "tasks": ["humaneval"]}, "t").describe()
+
+
 def test_list_valued_hyperparameters_expand_and_limits_combine():
     spec = parse_spec({"models": ["ripple-tiny"], "tasks": {"arith": {"limit": 7}, "pyfunc": None}, "limit": 20,
                        "decoders": [{"name": "rps", "params": {"lambda": [0.1, 0.2], "k_max": 5}}],
@@ -137,6 +150,12 @@ BAD = [
      "decoder 'klass': 'task_params.arith' takes a mapping of hyperparameters, got 0.6"),
     ("unknown choice", GOOD.replace("[default]", "[{name: eb_sampler, params: {order: entropie}}]"),
      "eb_sampler hyperparameter order='entropie' is invalid; accepted: one of entropy, confidence"),
+    ("option a task does not take", GOOD.replace("tasks: [arith]", "tasks: {arith: {limit: 5, timeout_s: 10}}"),
+     "unknown key 'timeout_s' in task 'arith'; accepted: limit"),
+    ("sandbox option typo", GOOD.replace("tasks: [arith]", "tasks: {humaneval: {timeout: 10}}"),
+     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, timeout_s, cpu_s, memory_mb"),
+    ("bad sandbox limit", GOOD.replace("tasks: [arith]", "tasks: {mbpp: {memory_mb: -5}}"),
+     "task mbpp: memory_mb must be a positive number, got -5"),
     ("unknown chat form", GOOD + "chat: twoturn\n",
      "'chat' takes false, true (= multiturn), multiturn or singleturn, got 'twoturn'"),
     ("zero batch size", GOOD + "batch_size: 0\n",
@@ -216,7 +235,7 @@ def test_batch_size_is_a_spec_key_and_a_flag_but_no_part_of_any_cell_id(tmp_path
 
 
 def test_settings_added_later_keep_earlier_cell_ids():
-    """A cell at eos_early_stop off and confidence steps 0, k 1, edit_tau 1.0 and max_post_steps 0 hashes as
+    """A cell at eos_early_stop off, the task's own options, and confidence steps 0, k 1, edit_tau 1.0 and max_post_steps 0 hashes as
     before those settings existed, so stores written before them resume; turning one on makes a new cell."""
     import hashlib
 
@@ -227,7 +246,7 @@ def test_settings_added_later_keep_earlier_cell_ids():
 
     spec = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")), "t")
     cell = spec.cells[0]
-    before = {k: v for k, v in cell.settings.items() if k not in ("eos_early_stop", "chat_form")}
+    before = {k: v for k, v in cell.settings.items() if k not in ("eos_early_stop", "chat_form", "task_options")}
     before["params"] = {k: v for k, v in before["params"].items()  # steps, k, edit_tau, max_post_steps came later
                         if k not in ("steps", "k", "edit_tau", "max_post_steps")}
     assert cell.cell_id == hashlib.sha256(dumps(before).encode()).hexdigest()[:16]

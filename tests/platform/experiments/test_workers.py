@@ -1,10 +1,13 @@
 """The worker's throughput mode without Ray: a batch of one cell's samples in one engine call gives
 each sample the record it gets alone, plus the batch it came from; the driver cuts batches per cell."""
+import json
+
 import pytest
 
 from ripple.platform.experiments.demo import demo_spec
 from ripple.platform.experiments.grid import batches, plan
 from ripple.platform.experiments.metrics import cell_metrics
+from ripple.platform.experiments.spec import parse_spec
 from ripple.platform.experiments.store import to_frame
 from ripple.platform.experiments.workers import SampleWorker
 
@@ -59,3 +62,17 @@ def test_the_driver_cuts_batches_within_cells_in_plan_order(items):
     assert [len(b) for b in cut] == [4, 1] * 24  # 5 samples per cell: a full batch, then the rest
     assert [it for b in cut for it in b] == items  # every sample once, in plan order
     assert batches(items[::-1], 8)[0][0] is items[-1] and len(batches(items, 1)) == len(items)
+
+
+def test_a_cells_task_options_are_the_limits_its_program_runs_under(worker, shared):
+    """`tasks: {humaneval: {timeout_s: ...}}` in a spec reaches the sandbox that scores the sample."""
+    base = {"models": ["ripple-tiny"], "decoders": ["confidence"], "gen_lengths": [16], "block_lengths": [16],
+            "data_dir": str(shared / "data")}
+    default, = plan(parse_spec({**base, "tasks": {"humaneval": {"limit": 1}}}, "t"))
+    tight, = plan(parse_spec({**base, "tasks": {"humaneval": {"limit": 1, "timeout_s": 0.001}}}, "t"))
+    assert tight.cell.cell_id != default.cell.cell_id and tight.example == default.example
+    plain, limited = worker.run(default), worker.run(tight)
+    assert plain.completion == limited.completion and plain.task_options == "{}"
+    assert limited.task_options == '{"timeout_s":0.001}'  # stored with the record
+    assert not json.loads(plain.score)["timed_out"]  # the 3 s default
+    assert json.loads(limited.score)["timed_out"] and json.loads(limited.score)["error"] == "timed out after 0.001s"
