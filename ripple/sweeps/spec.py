@@ -67,7 +67,8 @@ class SweepSpec(DecodeSettings):
     batch_size: int = 1  # samples of a cell per engine call (timing only: not part of the cell ids)
 
     def cells_for(self, decoder: str, params: dict[str, Any]) -> tuple[Cell, ...]:
-        """One cell per task for `decoder` with every hyperparameter in `params` (public names)."""
+        """One cell per task for `decoder` with every hyperparameter in `params` (public names). Task
+        options are per task (`tasks`), so they replace the spec's own `task_options`, which stays "{}"."""
         ordered = tuple(sorted(params.items()))
         return tuple(Cell(model=self.model, task=task, decoder=decoder, params=ordered, limit=limit,
                           **{**self.decode_settings(), "task_options": options}) for task, limit, options in self.tasks)
