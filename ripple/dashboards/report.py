@@ -36,9 +36,8 @@ from ..errors import RippleError
 from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 
-SETTING = ("model", "task", "decoder", "params", "gen_length", "block_length", "cache", "seed", "dtype", "chat",
-           "split", "stop_at_eos", "eos_early_stop", "chat_form", "task_options")
 BASELINE = ("model", "task", *(f.name for f in dataclasses.fields(DecodeSettings)))  # = Cell.baseline_key()
+SETTING = (*BASELINE[:2], "decoder", "params", *BASELINE[2:])  # every setting of a cell, one column each
 CONTEXT = tuple(k for k in BASELINE if k != "task")  # one main table (tasks side by side) per context
 ALWAYS_SHOWN = ("model", "gen_length", "block_length", "cache")
 REPORT_TAG = "ripple_report"

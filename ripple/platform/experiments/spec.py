@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from ...errors import RippleError
-from .store import DecodeSettings, check_name, dumps
+from .store import ADDED_COLUMNS, ADDED_SETTINGS, DecodeSettings, check_name, dumps
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
@@ -69,16 +69,16 @@ class Cell(DecodeSettings):
 
     def identity(self) -> dict[str, Any]:
         """`settings` less what was added after stores existed, at the value that means "as before"
-        (eos_early_stop off, `hp(new=True)` hyperparameters at their defaults): old ids stay valid."""
+        (each added decode setting at the value `ADDED_COLUMNS` gives a record written before it,
+        `hp(new=True)` hyperparameters at their defaults): old ids stay valid."""
         from ...decoders import get, names
 
         ident = self.settings
-        if not self.eos_early_stop:
-            del ident["eos_early_stop"]
-        if ident["chat_form"] == "singleturn" or not self.chat:
-            del ident["chat_form"]
-        if ident["task_options"] == "{}":
-            del ident["task_options"]
+        if not self.chat:  # no template, no form
+            ident["chat_form"] = ADDED_COLUMNS["chat_form"]
+        for name in ADDED_SETTINGS:
+            if ident[name] == ADDED_COLUMNS[name]:
+                del ident[name]
         neutral = get(self.decoder).Params.id_neutral() if self.decoder in names() else {}
         ident["params"] = {k: v for k, v in ident["params"].items() if k not in neutral or neutral[k] != v}
         return ident

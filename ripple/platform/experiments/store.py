@@ -150,6 +150,8 @@ KEY = ["cell_id", "sample_id"]
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
                                  "eos_early_stop": False, "chat_form": "singleturn",
                                  "task_options": "{}"}
+# decode settings among them: a cell at that value is the cell it was before the setting existed
+ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 
 
 def _conform(frame: pl.DataFrame) -> pl.DataFrame:

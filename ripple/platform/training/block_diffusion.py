@@ -98,6 +98,11 @@ def block_loss(logits: torch.Tensor, target, masked, perturbed, p_mask, resp) ->
     return (ce * weight).sum() / resp.sum().clamp(min=1)
 
 
+def _routed_load(moe, keep: torch.Tensor) -> torch.Tensor:
+    """[E] token slots each expert got in the MoE's last training-mode forward, over `keep` [Bsz*T]."""
+    return torch.bincount(moe.last_idx[keep].reshape(-1), minlength=moe.cfg.n_experts).float()
+
+
 def balance_experts(model, valid: torch.Tensor, rate: float) -> None:
     """Sign update of every MoE layer's expert bias from the last forward's routing (non-pad tokens)."""
     keep = valid.reshape(-1)  # [Bsz*T]
@@ -105,8 +110,7 @@ def balance_experts(model, valid: torch.Tensor, rate: float) -> None:
         moe = layer.moe
         if moe is None or getattr(moe, "last_idx", None) is None:
             continue
-        idx = moe.last_idx[keep]  # [tokens, k]
-        load = torch.bincount(idx.reshape(-1), minlength=moe.cfg.n_experts).float()  # [E]
+        load = _routed_load(moe, keep)  # [E]
         with torch.no_grad():
             moe.expert_bias.add_(rate * torch.sign(load.mean() - load))
         moe.last_idx = None
@@ -117,22 +121,22 @@ def expert_shares(model, batcher: BlockBatcher, batches: int = 8, seed: int = 12
                   first_step: int = 100_000) -> dict[int, list[float]]:
     """Each MoE layer's share of the routed (non-pad) token slots per expert, over `batches` training
     batches from `first_step` on (1 / n_experts each if perfectly even): what the expert bias
-    balances, measured on a trained model in eval mode (the model card's figure)."""
+    balances, read from the routing the MoE layers record in training mode (the model card's figure)."""
     gen = torch.Generator().manual_seed(seed)
     moes = {i: layer.moe for i, layer in enumerate(model.layers) if layer.moe is not None}
     loads = {i: torch.zeros(moe.cfg.n_experts) for i, moe in moes.items()}
-    inputs: dict[int, torch.Tensor] = {}
-    hooks = [moe.register_forward_hook(lambda m, a, o, i=i: inputs.__setitem__(i, a[0])) for i, moe in moes.items()]
+    was = {i: moe.training for i, moe in moes.items()}
+    for moe in moes.values():
+        moe.train()  # records `last_idx`; without gradients it still runs the inference experts path
     try:
         for step in range(first_step, first_step + batches):
             tokens, positions, attn, pad, *_ = batcher.batch(step, gen)
             model(tokens, positions, attn_mask=attn)
             keep = (~pad).reshape(-1)  # [Bsz*T]
             for i, moe in moes.items():
-                h = inputs[i].reshape(-1, inputs[i].shape[-1])[keep]  # [tokens, d]
-                idx, _ = moe.route(h)  # [tokens, k]
-                loads[i] += torch.bincount(idx.reshape(-1), minlength=moe.cfg.n_experts).float()
+                loads[i] += _routed_load(moe, keep)
     finally:
-        for hook in hooks:
-            hook.remove()
+        for i, moe in moes.items():
+            moe.train(was[i])
+            moe.last_idx = None
     return {i: (load / load.sum()).tolist() for i, load in loads.items()}
