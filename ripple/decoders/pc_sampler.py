@@ -20,7 +20,6 @@ quota fills it on its last step, as at the defaults).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ..errors import RippleError
-from .base import BlockState, Commit, Plan, RunShape, Scheduler, greedy, top1_index
+from .base import BlockState, Commit, Plan, RunShape, Scheduler, most_confident
 from .params import HyperParams, hp, text
 from .registry import register
 
@@ -133,8 +132,6 @@ class PCSampler(Scheduler):
         cand = state.masked & (x0 != state.mask_id)
         score = torch.where(cand, decay * calibrated, torch.full_like(calibrated, float("-inf")))
         if not bool(cand.any()):  # every masked x0 is the mask id: one other token, so the block ends
-            tokens, conf = greedy(state)
-            at = top1_index(conf)
-            return Plan(Commit(torch.tensor([at]), tokens[at:at + 1]))
+            return Plan(most_confident(state))
         pos = torch.topk(score, min(k, int(cand.sum()))).indices.sort().values  # written in position order
         return Plan(Commit(pos, x0[pos]))
