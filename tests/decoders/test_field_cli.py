@@ -70,8 +70,6 @@ def test_a_missing_malformed_or_foreign_prior_is_one_line(golden, capsys, tmp_pa
     _refused(capsys, _generate(golden, "pc_sampler", f"prior={bad}"), "another vocabulary", "160")
     bad.write_text('{"num_token": 10, "p_baseline_dict": {"3": 4}, "vocab_size": 512}')
     _refused(capsys, _generate(golden, "pc_sampler", f"prior={bad}"), "another vocabulary", "160")
-    # no prior given and none shipped with the model
-    _refused(capsys, _generate(golden, "pc_sampler"), "ships no pc_sampler_prior.json", "prior=PATH")
     # steps that do not split evenly over the blocks
     prior = golden / "llada-tiny" / "pc_sampler_p_baseline.json"
     _refused(capsys, _generate(golden, "pc_sampler", f"prior={prior}", "steps=5"), "steps=5", "number of blocks (2")
@@ -84,3 +82,20 @@ def test_block_align_takes_response_or_absolute(golden, capsys):
     assert main(_generate(golden, "dinfer_threshold", extra=["--block-align", "absolute", "--gen-length", "12"])) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["tokens"]) == 12  # blocks 8-16 and 16-20: the first holds the prompt, the last is cut short
+
+
+def test_without_a_prior_pc_sampler_calibrates_uniformly_and_says_so_once(golden, capsys, caplog, tmp_path):
+    """A model that ships no prior: the position-aware rule alone (f = 1 / V), one warning."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="ripple.decoders.pc_sampler"):
+        assert main(_generate(golden, "pc_sampler")) == 0
+        assert main(_generate(golden, "pc_sampler")) == 0
+    plain = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    warned = [r.getMessage() for r in caplog.records if "ships no pc_sampler_prior.json" in r.getMessage()]
+    assert len(warned) <= 1 and plain[0]["tokens"] == plain[1]["tokens"]
+    # a prior that counts every id alike is the same calibration as none
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps({"num_token": 160, "p_baseline_dict": {str(i): 1 for i in range(160)}}))
+    assert main(_generate(golden, "pc_sampler", f"prior={flat}")) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == plain[0]["tokens"]
