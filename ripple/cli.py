@@ -354,20 +354,59 @@ def cmd_lm_eval(argv: Sequence[str]) -> int:
 
 def cmd_tasks_list(args: argparse.Namespace) -> int:
     from .tasks import task_class, task_names
+    from .tasks.base import task_source
 
     rows = []
     for name in task_names():
         cls = task_class(name)
-        source = ", ".join(getattr(cls, "hub_ids", ())) or "generated (synthetic)"
-        rows.append({"task": name, "metric": cls.metric, "source": source,
-                     "doc": (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]})
+        data = ", ".join(getattr(cls, "hub_ids", ())) or "generated (synthetic)"
+        plugin = task_source(name)
+        rows.append({"task": name, "metric": cls.metric, "data": data,
+                     "source": "built-in" if plugin is None else str(plugin), "options": list(cls.options),
+                     "doc": ((cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines() or [""])[0]})
     if args.json:
         print(json.dumps(rows))
         return 0
     width = max(len(r["task"]) for r in rows)
     for r in rows:
-        print(f"{r['task']:<{width}}  {r['metric']:<12} {r['source']}")
+        print(f"{r['task']:<{width}}  {r['metric']:<12} {r['source']:<10} {r['data']}")
     return 0
+
+
+def cmd_decoders(args: argparse.Namespace) -> int:
+    """Every registered decoder: where it comes from, what it declares, its hyperparameters."""
+    from .decoders import get, names
+    from .decoders.params import range_text, field_kind, public_name
+    from .decoders.registry import source
+
+    import dataclasses
+
+    rows = []
+    for name in names():
+        cls = get(name)
+        plugin = source(name)
+        props = {p: getattr(cls, p) for p in DECODER_PROPERTIES}
+        hps = [{"name": public_name(f), "default": f.default, "accepted": range_text(f.metadata, field_kind(f)),
+                "search": list(f.metadata["search"]) if f.metadata.get("search") else None,
+                "doc": f.metadata.get("doc", "")} for f in dataclasses.fields(cls.Params)]
+        rows.append({"decoder": name, "source": "built-in" if plugin is None else str(plugin),
+                     "properties": {k: list(v) if isinstance(v, tuple) else v for k, v in props.items()},
+                     "hyperparameters": hps})
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for r in rows:
+        declared = [k for k, v in r["properties"].items() if v is True]
+        caches = ",".join(r["properties"]["supported_caches"])
+        print(f"{r['decoder']}  ({r['source']}; caches {caches}{'; ' + ', '.join(declared) if declared else ''})")
+        for h in r["hyperparameters"]:
+            print(f"    {h['name']} = {h['default']!r}  ({h['accepted']})")
+    return 0
+
+
+# what a decoder declares and the engine acts on (ripple/decoders/base.py), as `ripple decoders` lists it
+DECODER_PROPERTIES = ("uses_lookahead", "uses_shadow", "needs_rows_beyond_block", "edits_tokens", "shortens_canvas",
+                      "defers_masks", "supported_caches")
 
 
 def cmd_tasks_verify(args: argparse.Namespace) -> int:
@@ -649,8 +688,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("tasks", help="list tasks, or check a benchmark's scoring on its reference solutions",
                        epilog=_EPILOG["tasks"], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ksub = k.add_subparsers(dest="tasks_command", parser_class=_Parser, metavar="ACTION", required=True)
-    kl = ksub.add_parser("list", help="every registered task with its metric and data source")
+    ksub = k.add_subparsers(dest="tasks_command", parser_class=_Parser, metavar="ACTION")
+    k.add_argument("--json", action="store_true", help="with no ACTION: the list as JSON")
+    k.set_defaults(func=cmd_tasks_list)  # `ripple tasks` alone lists them
+    kl = ksub.add_parser("list", help="every registered task with its metric, source (built-in or plugin) and data")
     kl.add_argument("--json", action="store_true")
     kl.set_defaults(func=cmd_tasks_list)
     kv = ksub.add_parser("verify", help="score every reference solution and a wrong completion per example")
@@ -734,6 +775,11 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--batch-size", type=int, default=32, help="rows per forward when probing a block state")
     an.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     an.set_defaults(func=cmd_analyze)
+
+    dc = sub.add_parser("decoders", help="every registered decoder: source (built-in or plugin), declared "
+                        "properties, hyperparameters with defaults and ranges")
+    dc.add_argument("--json", action="store_true", help="print one JSON list")
+    dc.set_defaults(func=cmd_decoders)
 
     pr = sub.add_parser("prior", help="PC-Sampler's token-frequency prior from a task's or a file's text",
                         epilog=_EPILOG["prior"], formatter_class=argparse.RawDescriptionHelpFormatter)

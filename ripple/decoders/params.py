@@ -36,7 +36,7 @@ def text(default: str = "", *, name=None, doc=""):
     return field(default=default, metadata=meta)
 
 
-def _range_text(meta: dict, kind: type) -> str:
+def range_text(meta: dict, kind: type) -> str:
     if meta.get("text"):
         return "any text"
     if meta.get("choices"):
@@ -78,7 +78,7 @@ class HyperParams:
                 owner = getattr(type(self), "decoder_name", None) or type(self).__name__.removesuffix("Params").lower()
                 raise RippleError(
                     f"{owner or 'decoder'} hyperparameter "
-                    f"{pub}={value!r} is invalid; accepted: {_range_text(meta, kind)}"
+                    f"{pub}={value!r} is invalid; accepted: {range_text(meta, kind)}"
                 )
 
     @classmethod
@@ -100,7 +100,7 @@ class HyperParams:
                 value = int(raw, 10) if kind is int else kind(raw)
             except ValueError:
                 raise RippleError(
-                    f"{decoder} hyperparameter {key}={raw!r} is not a number; accepted: {_range_text(f.metadata, kind)}"
+                    f"{decoder} hyperparameter {key}={raw!r} is not a number; accepted: {range_text(f.metadata, kind)}"
                 ) from None
             kwargs[f.name] = value
         return cls(**kwargs)

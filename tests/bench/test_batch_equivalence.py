@@ -9,7 +9,7 @@ from ripple.bench.batch_equivalence import NEAR_TIE, decision_gap, explain
 from ripple.bench.cli import main
 from ripple.decoders import build
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel
+from ripple.testing import ScriptedModel
 
 V, MASK, EOS = 40, 39, 1
 PROMPTS = [[5, 6, 7], [8, 9, 10]]

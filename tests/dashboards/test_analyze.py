@@ -14,7 +14,7 @@ from ripple.dashboards.analyze import (RipplePoint, analyze_example, block_entro
                                        summarize, terciles)
 from ripple.decoders.base import entropy
 from ripple.platform.runtime.engine import Engine
-from tests.scripted import ScriptedModel, spread
+from ripple.testing import ScriptedModel, spread
 
 V, MASK, EOS = 8, 7, 6
 PROMPT = [1, 2]

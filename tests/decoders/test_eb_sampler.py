@@ -9,7 +9,7 @@ from ripple.cli import main
 from ripple.decoders import build
 from ripple.decoders.base import entropy
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel, peaked, spread
+from ripple.testing import ScriptedModel, peaked, spread
 
 V, MASK = 40, 39
 PROMPT = [5, 6, 7, 8]  # the block is canvas positions 4..7

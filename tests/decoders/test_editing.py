@@ -12,8 +12,10 @@ from ripple.decoders.base import Commit
 from ripple.decoders.confidence import Confidence
 from ripple.errors import RippleError
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.decoders.test_invariants import CACHES, FAMILIES, MASK, PROMPTS, V, Counted, _engine
-from tests.scripted import ScriptedModel, hashed_script, view
+from ripple.testing import CountedModel as Counted
+from tests.decoders.test_invariants import CACHES, MASK, PROMPTS, V, _engine
+from tests.decoders.test_invariants import SHIFTS as FAMILIES
+from ripple.testing import ScriptedModel, hashed_script, view
 
 EDITING = [("confidence", {"tau": "0.5", "edit_tau": "0.3", "max_post_steps": "3"}),
            ("confidence", {"tau": "0.7", "edit_tau": "0.0", "max_post_steps": "2", "k": "2"}),

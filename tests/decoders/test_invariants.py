@@ -9,33 +9,18 @@ import torch
 from ripple.decoders import build, names
 from ripple.decoders.confidence import Confidence
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel, hashed_script
+from ripple.testing import (FAMILIES, SCRIPTED_EOS, SCRIPTED_MASK, SCRIPTED_PROMPTS, SCRIPTED_VOCAB, check_decoder,
+                            check_decoder_on_model, scripted_engine)
 
-V, MASK, EOS = 40, 39, 1
+V, MASK, EOS = SCRIPTED_VOCAB, SCRIPTED_MASK, SCRIPTED_EOS
 CACHES = ["none", "prefix", "dual"]
-PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19]]
-
-
-def mask_loving_script(vocab):
-    """Hashed logits, but the mask id is the top-1 at every other position."""
-    base = hashed_script(vocab)
-
-    def script(pos, seen):
-        logits = base(pos, seen)
-        if pos % 2 == 0:
-            logits[MASK] = logits.max() + 5.0
-        return logits
-
-    return script
+PROMPTS = [list(p) for p in SCRIPTED_PROMPTS]
+SHIFTS = [0, 1, "bc"]  # _engine's names of the scripted families, for tests of particular rules
 
 
 def _engine(script=None, shift=0):
     """shift 0 / 1: a LLaDA- / Dream-like family; "bc": block-causal (LLaDA2's block diffusion)."""
-    model = ScriptedModel(V, script or mask_loving_script(V), shift=int(shift == 1), block_causal=shift == "bc")
-    return Engine(model, mask_id=MASK, eos_ids=[EOS], pad_id=0), model
-
-
-FAMILIES = [0, 1, "bc"]
+    return scripted_engine({0: "full", 1: "shifted", "bc": "block_causal"}[shift], script)
 
 
 # every registered decoder at its defaults (a new decoder module is tested without editing this file),
@@ -61,72 +46,12 @@ def decoder(name, settings):
     return build(name, {**DATA.get(name, {}), **settings})
 
 
-@pytest.mark.parametrize("shift", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("name,settings", DECODERS)
-def test_invariants(name, settings, cache, shift):
-    engine, model = _engine(shift=shift)
-    events = []
-    cfg = GenerationConfig(gen_length=12, block_length=4, cache=cache)
-    out = engine.generate([PROMPTS[0]], decoder(name, settings), cfg, trace=events.append)[0]
-    if shift == "bc":  # prompt of 5: blocks from position 4, the first holding its last token; at most 4 blocks
-        check_invariants(out, events, model.calls, blocks=None, block_length=4, shift=0, lead=1, max_blocks=4)
-    else:
-        check_invariants(out, events, model.calls, blocks=3, block_length=4, shift=shift)
-    again = _engine(shift=shift)[0].generate([PROMPTS[0]], decoder(name, settings), cfg)[0]
-    assert again.tokens == out.tokens and again.nfe == out.nfe  # deterministic
-
-
-def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=MASK, lead=0, max_blocks=None,
-                     eos=(EOS,)):
-    """The shared properties of one decoded sample, from its output and decode trace.
-
-    Block-aligned families: `lead` prompt tokens sit at the start of the first block (trace
-    positions count from the response start), and a block-end EOS stop may decode fewer than
-    `max_blocks` blocks (blocks=None: as many as the trace shows)."""
-    L = block_length
-    if blocks is None:
-        blocks = len({e["block"] for e in events})
-        assert 1 <= blocks <= max_blocks and sorted({e["block"] for e in events}) == list(range(blocks))
-        if blocks < max_blocks:  # stopped early: only after a block that left an EOS in the response
-            assert set(eos) & set(out.tokens)
-    assert mask not in out.tokens  # every block ends unmasked, the mask id is never committed
-    assert out.nfe == calls  # NFE counts exactly the forwards run
-    opens = [e for e in events if e["phase"] == "open"]
-    steps = [e for e in events if e["phase"] == "step"]
-    fills = [e for e in events if e["phase"] == "fill"]  # blocks a decoder ended with masks (`Plan.defer`)
-    # shifted families: the block opening commits the block's first position, nothing else does
-    assert [[p for p, _ in e["committed"]] for e in opens] == ([[L * b] for b in range(blocks)] if shift else [])
-    for e in steps + opens + fills:  # commits (and remasks) only inside the current block (never the prompt's tail)
-        for p in [p for p, _ in e["committed"]] + e.get("remasked", []):
-            assert max(0, L * e["block"] - lead) <= p < L * (e["block"] + 1) - lead
-    assert len({e["block"] for e in fills}) == len(fills)  # at most one fill forward per block
-    for b in range(blocks):  # progress: after t steps of a block at least t tokens net committed
-        if any(e["block"] == b for e in fills):
-            continue  # a fixed schedule that ended the block with masks (its positions were taken back)
-        net = 0
-        for t, e in enumerate([e for e in steps if e["block"] == b], 1):
-            net += len(e["committed"]) - len(e.get("remasked", []))
-            assert net >= t, e
-    # no forward once a block is complete: one opening forward per block, then exactly one forward
-    # per step (and per shifted opening commit) except the one that completes the block, plus one
-    # per block filled after the last
-    run = [e for e in steps + opens if e["forward"] is not None]
-    assert out.nfe == blocks + len(run) + len(fills)
-    assert sum(e["forward"] is None for e in steps + opens) == blocks
-
-
-@pytest.mark.parametrize("shift", FAMILIES)
-@pytest.mark.parametrize("cache", CACHES)
-@pytest.mark.parametrize("name,settings", DECODERS)
-def test_batch_equals_single_runs(name, settings, cache, shift):
-    cfg = GenerationConfig(gen_length=8, block_length=4, cache=cache)
-    batch_engine, model = _engine(shift=shift)
-    batch = batch_engine.generate(PROMPTS, decoder(name, settings), cfg)
-    singles = [_engine(shift=shift)[0].generate([p], decoder(name, settings), cfg)[0] for p in PROMPTS]
-    assert [b.tokens for b in batch] == [s.tokens for s in singles]
-    assert [b.nfe for b in batch] == [s.nfe for s in singles]
-    assert model.row_calls == sum(s.nfe for s in singles)  # a finished row is not forwarded
+def test_invariants(name, settings, cache, family):
+    """ripple.testing's checks (the ones a plugin's suite calls): trace invariants, determinism, batch = singles."""
+    check_decoder(lambda: decoder(name, settings), families=[family], caches=[cache])
 
 
 def test_default_commits_one_token_per_step():
@@ -256,20 +181,6 @@ def test_rows_beyond_the_block_only_for_decoders_that_declare_them(cache, shift)
     assert set(decoder.seen[:-1]) >= {(L, V)} and decoder.seen[-1] is None
 
 
-class Counted:
-    """A loaded model that counts its forward calls (the engine reads its family facts through it)."""
-
-    def __init__(self, model):
-        self.model, self.calls = model, 0
-
-    def __getattr__(self, name):  # every family property (shift, block_causal, ...) is the model's
-        return getattr(self.model, name)
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.model(*args, **kwargs)
-
-
 TINY_DECODERS = DECODERS + [("eb_sampler", {"gamma": "2.5", "order": "confidence"}),
                             ("klass", {"tau": "0.2", "kappa": "1.0"}), ("wino", {"tau1": "0.2", "tau2": "0.5"}),
                             ("rps", {}), ("rps", {"tau_pivot": "0.3", "k_max": "5", "r": "0.05"})]
@@ -285,24 +196,5 @@ def tiny(request, golden):
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("name,settings", TINY_DECODERS)
 def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
-    """Every decoder with every cache policy on every family's golden checkpoint."""
-    prompts = [[12, 40, 77, 3, 90, 15], [5, 9, 33]]
-    cfg = GenerationConfig(gen_length=16, block_length=8, cache=cache)
-
-    def engine():
-        model = Counted(tiny.model)
-        return Engine(model, mask_id=tiny.mask_id, eos_ids=tiny.eos_ids, pad_id=tiny.pad_id), model
-
-    singles = []
-    for p in prompts:
-        eng, model = engine()
-        events = []
-        out = eng.generate([p], decoder(name, settings), cfg, trace=events.append)[0]
-        if tiny.model.block_causal:  # LLaDA2, SDAR: blocks from position 0, the prompt's tail in the first one
-            check_invariants(out, events, model.calls, blocks=None, block_length=8, shift=0, mask=tiny.mask_id,
-                             lead=len(p) % 8, max_blocks=3, eos=tiny.eos_ids)
-        else:
-            check_invariants(out, events, model.calls, blocks=2, block_length=8, shift=tiny.shift, mask=tiny.mask_id)
-        singles.append(out)
-    batch = engine()[0].generate(prompts, decoder(name, settings), cfg)  # also: greedy decoding is deterministic
-    assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles]
+    """Every decoder with every cache policy on every family's golden checkpoint (ripple.testing)."""
+    check_decoder_on_model(lambda: decoder(name, settings), tiny, caches=[cache])

@@ -4,7 +4,7 @@ import pytest
 
 from ripple.decoders import build
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel, peaked, view
+from ripple.testing import ScriptedModel, peaked, view
 
 V, MASK, L = 40, 39, 6
 PROMPT = [5, 6, 7, 8]  # block b is canvas positions 4 + 6b .. 9 + 6b

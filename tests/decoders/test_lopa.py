@@ -4,7 +4,7 @@ import pytest
 
 from ripple.decoders import build
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel, peaked, spread, view
+from ripple.testing import ScriptedModel, peaked, spread, view
 
 V, MASK, L = 40, 39, 4
 PROMPT = [5, 6, 7, 8]  # the block is canvas positions 4..7

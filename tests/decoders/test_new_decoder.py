@@ -46,7 +46,7 @@ def tree(tmp_path_factory) -> Path:
     shutil.copytree(REPO / "ripple", root / "ripple", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "ripple" / "decoders" / "two_at_a_time.py").write_text(THROWAWAY)
     (root / "tests" / "decoders").mkdir(parents=True)
-    for rel in ("tests/__init__.py", "tests/conftest.py", "tests/scripted.py", "tests/decoders/__init__.py",
+    for rel in ("tests/__init__.py", "tests/conftest.py", "tests/decoders/__init__.py",
                 "tests/decoders/test_invariants.py"):
         shutil.copy(REPO / rel, root / rel)
     return root

@@ -9,7 +9,7 @@ from ripple.decoders.base import BlockState, Lookahead
 from ripple.decoders.rps import entropy
 from ripple.errors import RippleError
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel, hashed_script
+from ripple.testing import ScriptedModel, hashed_script
 
 V, MASK = 40, 39
 

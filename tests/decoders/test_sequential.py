@@ -5,7 +5,7 @@ import pytest
 from ripple.cli import main
 from ripple.decoders import build
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel, peaked
+from ripple.testing import ScriptedModel, peaked
 
 V, MASK = 40, 39
 

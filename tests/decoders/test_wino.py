@@ -10,7 +10,7 @@ import torch
 from ripple.decoders import build
 from ripple.decoders.wino import Wino
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel, peaked, spread, view
+from ripple.testing import ScriptedModel, peaked, spread, view
 
 V, MASK, L = 40, 39, 4
 CACHES = ["none", "prefix", "dual"]

@@ -63,6 +63,17 @@ class Cell(DecodeSettings):
         return {"model": self.model, "task": self.task, "decoder": self.decoder, "params": dict(self.params),
                 **self.decode_settings()}
 
+    @cached_property
+    def plugins(self) -> str | None:
+        """JSON of the distributions and versions of a plugin decoder or task (ripple/plugins.py), or
+        None for Ripple's own: a plugin's results are never confused with another version's."""
+        from ...decoders.registry import source
+        from ...tasks.base import task_source
+
+        found = {kind: str(src) for kind, src in (("decoder", source(self.decoder)), ("task", task_source(self.task)))
+                 if src is not None}
+        return dumps(found) if found else None
+
     @cached_property  # the grid's loops ask per sample; fields are frozen, so hash once per cell
     def cell_id(self) -> str:
         return hashlib.sha256(dumps(self.identity()).encode()).hexdigest()[:16]
@@ -81,6 +92,8 @@ class Cell(DecodeSettings):
                 del ident[name]
         neutral = get(self.decoder).Params.id_neutral() if self.decoder in names() else {}
         ident["params"] = {k: v for k, v in ident["params"].items() if k not in neutral or neutral[k] != v}
+        if self.plugins is not None:  # built-in cells keep their ids
+            ident["plugins"] = self.plugins
         return ident
 
     @property

@@ -121,6 +121,8 @@ class SampleRecord(DecodeSettings):
     hardware: str | None = None
     versions: str | None = None  # JSON: python, torch, ray, transformers, ripple
     weights: str | None = None  # weights_digest of the checkpoint that decoded it (None: stored before records carried it)
+    # JSON {"decoder"|"task": "distribution==version"} for a plugin decoder or task; None: Ripple's own
+    plugins: str | None = None
     run_id: str | None = None  # the driver invocation that computed this record
     finished_at: float | None = None  # unix seconds when the worker finished the sample
     # Throughput mode: the sample was decoded in one engine call with up to `batch_size` samples of
@@ -152,7 +154,7 @@ KEY = ["cell_id", "sample_id"]
 # columns added after stores were first written, with the value a record written before them means
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
                                  "eos_early_stop": False, "chat_form": "singleturn",
-                                 "task_options": "{}", "block_align": "response"}
+                                 "task_options": "{}", "block_align": "response", "plugins": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 

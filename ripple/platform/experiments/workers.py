@@ -48,7 +48,8 @@ class WorkItem:
         values.setdefault("finished_at", time.time())
         return SampleRecord(
             experiment=self.experiment, cell_id=c.cell_id, sample_id=self.example.id, model=c.model, task=c.task,
-            decoder=c.decoder, params=c.params_json, run_id=self.run_id, **c.decode_settings(), **values)
+            decoder=c.decoder, params=c.params_json, run_id=self.run_id, plugins=c.plugins, **c.decode_settings(),
+            **values)
 
 
 def hardware(device) -> str:

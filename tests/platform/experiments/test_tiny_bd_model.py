@@ -10,7 +10,9 @@ from ripple.platform.runtime.engine import Engine, GenerationConfig
 from ripple.platform.runtime.loading import EMBEDDED, load_model
 from ripple.tasks import get_task
 from tests.decoders.test_editing import EDITING, check_editing
-from tests.decoders.test_invariants import CACHES, TINY_DECODERS, Counted, check_invariants
+from ripple.testing import CountedModel as Counted
+from ripple.testing import check_invariants
+from tests.decoders.test_invariants import CACHES, TINY_DECODERS
 
 L = 16
 

@@ -12,7 +12,7 @@ import torch
 
 from ripple.decoders import build
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from tests.scripted import ScriptedModel
+from ripple.testing import ScriptedModel
 
 V, MASK, EOS, SURE = 40, 39, 1, 20
 PROMPTS = [[SURE, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15], [16, 17, 18, 19], [SURE, 21, 22, 23, 24, 25, 26, 27],

@@ -1,0 +1,346 @@
+"""Ripple's public test kit, for its own suite and for plugins' (docs/adding-a-decoder.md).
+
+- `ScriptedModel`: a scripted stand-in for the model, for decoder-logic tests. It speaks the
+  DiffusionTransformer forward protocol (window, KV cache, attention mask, logits rows) but its
+  "keys" are the tokens themselves, so a query's logits are a function the test controls of (its
+  position, the (position, token) pairs it can see). A stale cache therefore behaves like a real
+  stale cache, and the packed lookahead's visibility rule is observable.
+- `check_decoder` / `check_decoder_on_model`: the properties every decoder must satisfy (DESIGN.md
+  section 4) on the scripted families or on a loaded checkpoint: every block ends unmasked, no mask
+  id is committed, commits and edits only in the current block, NFE equals the forwards run,
+  determinism, a batch equals single runs, and prefix/dual equal none in tokens where the family's
+  cache is exact. `check_invariants` checks one decoded sample from its trace.
+- `compare_trajectories`: a case list in the golden files' format against `ripple generate`.
+A failed check raises AssertionError saying what broke.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Script = Callable[[int, tuple[tuple[int, int], ...]], torch.Tensor]
+
+
+@dataclass
+class TokenCache:
+    tokens: torch.Tensor  # [B, N]
+    positions: torch.Tensor  # [B, N]
+
+    def select(self, rows):
+        return TokenCache(self.tokens[rows], self.positions[rows])
+
+    def truncate(self, n):
+        return TokenCache(self.tokens[:, :n], self.positions[:, :n])
+
+    def merge(self, fresh, w0, w1, n):
+        def cat(old, new):
+            return torch.cat((old[:, :w0], new[:, :w1 - w0], old[:, w1:n]), dim=1)
+
+        return TokenCache(cat(self.tokens, fresh.tokens), cat(self.positions, fresh.positions))
+
+
+@dataclass
+class _Out:
+    logits: torch.Tensor
+    kv: TokenCache | None
+
+
+def hashed_script(vocab: int, scale: float = 4.0, seed: int = 0) -> Script:
+    """Deterministic pseudo-random logits that depend on everything a query sees."""
+
+    def script(pos, visible):
+        h = hashlib.sha256(repr((seed, pos, visible)).encode()).digest()
+        g = torch.Generator().manual_seed(int.from_bytes(h[:8], "little"))
+        return torch.randn(vocab, generator=g) * scale
+
+    return script
+
+
+class ScriptedModel:
+    def __init__(self, vocab: int, script: Script, shift: int = 0, block_causal: bool = False):
+        self.vocab_size = vocab
+        self.script = script
+        self.shift = shift
+        self.block_causal = self.stops_at_eos = block_causal  # a block-diffusion family (LLaDA2's rules)
+        self.calls = 0  # forward calls
+        self.row_calls = 0  # sum over calls of batch rows
+        self.logits_rows: list[int] = []  # per call: the query rows projected to logits
+
+    def __call__(self, tokens, positions, attn_mask=None, kv=None, window=None, return_kv=False, logits_rows=None):
+        self.calls += 1
+        B, T = tokens.shape
+        self.row_calls += B
+        if kv is not None:
+            w0, w1 = window
+            n = w1 - w0
+            key_tok = torch.cat((kv.tokens[:, :w0], tokens[:, :n], kv.tokens[:, w1:], tokens[:, n:]), 1)
+            key_pos = torch.cat((kv.positions[:, :w0], positions[:, :n], kv.positions[:, w1:], positions[:, n:]), 1)
+        else:
+            key_tok, key_pos = tokens, positions
+        rows = range(T) if logits_rows is None else [int(r) for r in logits_rows]
+        self.logits_rows.append(len(rows))
+        out = torch.empty(B, len(rows), self.vocab_size)
+        for b in range(B):
+            for j, q in enumerate(rows):
+                if attn_mask is None:
+                    vis = torch.ones(key_tok.shape[1], dtype=torch.bool)
+                else:
+                    vis = attn_mask[b, 0, q]
+                    vis = vis if vis.dtype == torch.bool else vis == 0
+                seen = tuple(sorted((int(p), int(t)) for p, t, v in zip(key_pos[b], key_tok[b], vis) if v))
+                out[b, j] = self.script(int(positions[b, q]), seen)
+        cache = TokenCache(tokens.clone(), positions.clone()) if return_kv else None
+        return _Out(out, cache)
+
+
+def peaked(vocab: int, token: int, p: float, runner_up: int | None = None, floor: float = -30.0) -> torch.Tensor:
+    """Logits [V] whose softmax puts (almost exactly) p on `token` and 1 - p on `runner_up`."""
+    logits = torch.full((vocab,), floor)
+    logits[token] = math.log(p)
+    logits[token + 1 if runner_up is None else runner_up] = math.log(1.0 - p)
+    return logits
+
+
+def spread(vocab: int, token: int, p: float) -> torch.Tensor:
+    """Logits [V] whose softmax puts p on `token` and spreads 1 - p evenly over the rest."""
+    logits = torch.full((vocab,), math.log((1.0 - p) / (vocab - 1)))
+    logits[token] = math.log(p)
+    return logits
+
+
+def view(seen: tuple[tuple[int, int], ...], mask_id: int) -> tuple[dict[int, int], bool]:
+    """The canvas as a query sees it ({position: token}) and whether the query is a shadow row.
+
+    A shadow row sees the block twice (the canvas and the all-mask shadow), so positions
+    repeat; where they do, the canvas token wins, so its own hidden position reads as masked.
+    """
+    canvas: dict[int, int] = {}
+    for p, t in seen:
+        if t != mask_id or p not in canvas:
+            canvas[p] = t
+    return canvas, len(canvas) < len(seen)
+
+
+# ---------------------------------------------------------------------------- decoder invariants
+SCRIPTED_VOCAB, SCRIPTED_MASK, SCRIPTED_EOS = 40, 39, 1
+SCRIPTED_PROMPTS = ([5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19])
+FAMILIES = ("full", "shifted", "block_causal")  # LLaDA-like, Dream-like, LLaDA2/SDAR-like
+
+
+def mask_loving_script(vocab: int = SCRIPTED_VOCAB, mask_id: int = SCRIPTED_MASK) -> Script:
+    """Hashed logits, but the mask id is the top-1 at every other position: a decoder must never commit it."""
+    base = hashed_script(vocab)
+
+    def script(pos, seen):
+        logits = base(pos, seen)
+        if pos % 2 == 0:
+            logits[mask_id] = logits.max() + 5.0
+        return logits
+
+    return script
+
+
+def scripted_engine(family: str = "full", script: Script | None = None):
+    """(Engine, ScriptedModel) for one of `FAMILIES`."""
+    from .platform.runtime.engine import Engine
+
+    if family not in FAMILIES:
+        raise ValueError(f"unknown scripted family {family!r}; accepted: {', '.join(FAMILIES)}")
+    model = ScriptedModel(SCRIPTED_VOCAB, script or mask_loving_script(), shift=int(family == "shifted"),
+                          block_causal=family == "block_causal")
+    return Engine(model, mask_id=SCRIPTED_MASK, eos_ids=[SCRIPTED_EOS], pad_id=0), model
+
+
+class CountedModel:
+    """A loaded model that counts its forward calls (the engine reads its family facts through it)."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+
+    def __getattr__(self, name):  # every family property (shift, block_causal, ...) is the model's
+        return getattr(self.model, name)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.model(*args, **kwargs)
+
+
+def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SCRIPTED_MASK, lead=0,
+                     max_blocks=None, eos=(SCRIPTED_EOS,)) -> None:
+    """The shared properties of one decoded sample, from its output and decode trace.
+
+    Block-aligned families: `lead` prompt tokens sit at the start of the first block (trace
+    positions count from the response start), and a block-end EOS stop may decode fewer than
+    `max_blocks` blocks (blocks=None: as many as the trace shows)."""
+    L = block_length
+    if blocks is None:
+        blocks = len({e["block"] for e in events})
+        assert 1 <= blocks <= max_blocks and sorted({e["block"] for e in events}) == list(range(blocks))
+        if blocks < max_blocks:  # stopped early: only after a block that left an EOS in the response
+            assert set(eos) & set(out.tokens), "fewer blocks than the run has, without an end-of-sequence"
+    assert mask not in out.tokens, "a block ended masked or the mask id was committed"
+    assert out.nfe == calls, f"NFE {out.nfe} but {calls} forwards ran"
+    opens = [e for e in events if e["phase"] == "open"]
+    steps = [e for e in events if e["phase"] == "step"]
+    fills = [e for e in events if e["phase"] == "fill"]  # blocks a decoder ended with masks (`Plan.defer`)
+    # shifted families: the block opening commits the block's first position, nothing else does
+    assert [[p for p, _ in e["committed"]] for e in opens] == ([[L * b] for b in range(blocks)] if shift else [])
+    for e in steps + opens + fills:  # commits, remasks and edits only inside the current block (never the prompt's tail)
+        for p in [p for p, _ in e["committed"]] + e.get("remasked", []) + [p for p, _, _ in e.get("edited", [])]:
+            assert max(0, L * e["block"] - lead) <= p < L * (e["block"] + 1) - lead, f"position {p} outside block {e}"
+    assert len({e["block"] for e in fills}) == len(fills), "more than one fill forward for a block"
+    for b in range(blocks):  # progress: after t steps of a block at least t tokens net committed
+        if any(e["block"] == b for e in fills):
+            continue  # a fixed schedule that ended the block with masks (its positions were taken back)
+        net = 0
+        for t, e in enumerate([e for e in steps if e["block"] == b], 1):
+            net += len(e["committed"]) - len(e.get("remasked", []))
+            assert net >= t, f"no progress: {e}"
+    # no forward once a block is complete: one opening forward per block, then exactly one forward
+    # per step (and per shifted opening commit) except the one that completes the block, plus one
+    # per block filled after the last
+    run = [e for e in steps + opens if e["forward"] is not None]
+    assert out.nfe == blocks + len(run) + len(fills), "a forward that no decision asked for, or one missing"
+    assert sum(e["forward"] is None for e in steps + opens) == blocks, "a block went on after it was complete"
+
+
+def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"), gen_length: int = 12,
+                  block_length: int = 4) -> None:
+    """Every invariant on the scripted families: `make()` returns a fresh decoder (a Scheduler).
+    One sample per family and cache with its trace checked, the same run again (determinism), and a
+    batch of three prompts against three single runs; on the block-causal family, whose cache is exact,
+    prefix and dual decode the tokens none does."""
+    from .platform.runtime.engine import GenerationConfig
+
+    for family in families:
+        tokens = {}
+        for cache in caches:
+            engine, model = scripted_engine(family)
+            events: list = []
+            cfg = GenerationConfig(gen_length=gen_length, block_length=block_length, cache=cache)
+            prompt = list(SCRIPTED_PROMPTS[0])
+            out = engine.generate([prompt], make(), cfg, trace=events.append)[0]
+            where = f"{family} family, cache {cache}"
+            try:
+                if family == "block_causal":  # blocks from position 0: the first holds the prompt's tail
+                    check_invariants(out, events, model.calls, blocks=None, block_length=block_length, shift=0,
+                                     lead=len(prompt) % block_length,
+                                     max_blocks=-(-(len(prompt) + gen_length) // block_length)
+                                     - len(prompt) // block_length)
+                else:
+                    check_invariants(out, events, model.calls, blocks=gen_length // block_length,
+                                     block_length=block_length, shift=int(family == "shifted"))
+            except AssertionError as exc:
+                raise AssertionError(f"{where}: {exc}") from None
+            again = scripted_engine(family)[0].generate([prompt], make(), cfg)[0]
+            assert (again.tokens, again.nfe) == (out.tokens, out.nfe), f"{where}: not deterministic"
+            batch_cfg = GenerationConfig(gen_length=2 * block_length, block_length=block_length, cache=cache)
+            batch_engine, batch_model = scripted_engine(family)
+            batch = batch_engine.generate([list(p) for p in SCRIPTED_PROMPTS], make(), batch_cfg)
+            singles = [scripted_engine(family)[0].generate([list(p)], make(), batch_cfg)[0] for p in SCRIPTED_PROMPTS]
+            assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles], \
+                f"{where}: a batch decodes other tokens or forwards than single runs"
+            assert batch_model.row_calls == sum(s.nfe for s in singles), f"{where}: a finished row was forwarded"
+            tokens[cache] = out.tokens
+        if family == "block_causal" and "none" in tokens:
+            assert all(t == tokens["none"] for t in tokens.values()), "block-causal: a cache changed the tokens"
+
+
+def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), prompts=((12, 40, 77, 3, 90, 15), (5, 9, 33)),
+                           gen_length: int = 16, block_length: int = 8) -> None:
+    """Every invariant on a loaded checkpoint (`ripple.platform.runtime.loading.load_model`): each prompt
+    alone with its trace checked, then the prompts as one batch (same tokens and NFE: also determinism);
+    where the family's cache is exact (block diffusion) prefix and dual decode the tokens none does."""
+    from .platform.runtime.engine import Engine, GenerationConfig
+
+    bc = bool(getattr(lm.model, "block_causal", False))
+    tokens = {}
+    for cache in caches:
+        cfg = GenerationConfig(gen_length=gen_length, block_length=block_length, cache=cache)
+
+        def engine():
+            model = CountedModel(lm.model)
+            return Engine(model, mask_id=lm.mask_id, eos_ids=lm.eos_ids, pad_id=lm.pad_id), model
+
+        singles = []
+        for p in prompts:
+            eng, model = engine()
+            events: list = []
+            out = eng.generate([list(p)], make(), cfg, trace=events.append)[0]
+            try:
+                if bc:
+                    check_invariants(out, events, model.calls, blocks=None, block_length=block_length, shift=0,
+                                     mask=lm.mask_id, lead=len(p) % block_length,
+                                     max_blocks=-(-(len(p) + gen_length) // block_length) - len(p) // block_length,
+                                     eos=lm.eos_ids)
+                else:
+                    check_invariants(out, events, model.calls, blocks=gen_length // block_length,
+                                     block_length=block_length, shift=lm.model.shift, mask=lm.mask_id)
+            except AssertionError as exc:
+                raise AssertionError(f"cache {cache}, prompt {list(p)}: {exc}") from None
+            singles.append(out)
+        batch = engine()[0].generate([list(p) for p in prompts], make(), cfg)
+        assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles], \
+            f"cache {cache}: a batch decodes other tokens or forwards than single runs (or a run is not deterministic)"
+        tokens[cache] = [s.tokens for s in singles]
+    if bc and "none" in tokens:
+        assert all(t == tokens["none"] for t in tokens.values()), "block diffusion: a cache changed the tokens"
+
+
+# ---------------------------------------------------------------------------- trajectories
+@dataclass(frozen=True)
+class Mismatch:
+    case: str
+    what: str
+
+
+def compare_trajectories(model: str, cases, decoder: str | None = None, *, cache: str = "none",
+                         settings=None, extra_args=()) -> list[Mismatch]:
+    """Run each case of a golden-format list through `ripple generate` and compare. A case holds
+    `prompt` (ids), `gen_length`, `block_length`, `output` (the response ids) and optionally `nfe`,
+    `decoder`, `params` (Ripple's names), `cache`, `case` (its name) and `steps_log` (per forward
+    `committed` [[response position, token], ...]: then every forward's commits are compared in order).
+    `settings(case)` may map a case to `--set` pairs. Returns the mismatches (empty: all equal)."""
+    import contextlib
+    import io
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from .cli import main
+
+    found = []
+    for i, case in enumerate(cases):
+        name = str(case.get("case", i))
+        pairs = settings(case) if settings is not None else case.get("params", {})
+        argv = ["generate", "--model", str(model), "--input-ids", ",".join(map(str, case["prompt"])),
+                "--decoder", case.get("decoder", decoder), "--gen-length", str(case["gen_length"]),
+                "--block-length", str(case["block_length"]), "--cache", case.get("cache", cache), "--dtype", "float32",
+                "--device", "cpu", "--json", *extra_args]
+        for key, value in pairs.items():
+            argv += ["--set", f"{key}={value}"]
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / "trace.jsonl"
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                code = main([*argv, "--trace", str(trace)])
+            if code != 0:
+                found.append(Mismatch(name, f"ripple generate exited {code}"))
+                continue
+            out = json.loads(buffer.getvalue())
+            events = [json.loads(line) for line in trace.read_text().splitlines()]
+        if out["tokens"] != list(case["output"]):
+            found.append(Mismatch(name, f"output {out['tokens']} != {list(case['output'])}"))
+        if "nfe" in case and out["nfe"] != case["nfe"]:
+            found.append(Mismatch(name, f"NFE {out['nfe']} != {case['nfe']}"))
+        if isinstance(case.get("steps_log"), list):
+            mine = [e["committed"] for e in events if e["phase"] in ("step", "resolve")]
+            ref = [e["committed"] for e in case["steps_log"]]
+            if mine != ref:
+                at = next((k for k, (a, b) in enumerate(zip(mine, ref)) if a != b), min(len(mine), len(ref)))
+                found.append(Mismatch(name, f"commits differ from forward {at} on"))
+    return found
