@@ -354,7 +354,7 @@ def cmd_lm_eval(argv: Sequence[str]) -> int:
 
 def cmd_tasks_list(args: argparse.Namespace) -> int:
     from .tasks import task_class, task_names
-    from .tasks.base import task_source
+    from .tasks.base import refused_tasks, task_source
 
     rows = []
     for name in task_names():
@@ -364,12 +364,15 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         rows.append({"task": name, "metric": cls.metric, "data": data,
                      "source": "built-in" if plugin is None else str(plugin), "options": list(cls.options),
                      "doc": ((cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines() or [""])[0]})
+    broken = [{"task": b.name, "source": str(b.source), "refused": b.error} for b in refused_tasks()]
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps(rows + broken))
         return 0
-    width = max(len(r["task"]) for r in rows)
+    width = max(len(r["task"]) for r in rows + broken)
     for r in rows:
         print(f"{r['task']:<{width}}  {r['metric']:<12} {r['source']:<10} {r['data']}")
+    for b in broken:
+        print(f"{b['task']:<{width}}  REFUSED ({b['source']}): {b['refused']}")
     return 0
 
 
@@ -377,7 +380,7 @@ def cmd_decoders(args: argparse.Namespace) -> int:
     """Every registered decoder: where it comes from, what it declares, its hyperparameters."""
     from .decoders import get, names
     from .decoders.params import range_text, field_kind, public_name
-    from .decoders.registry import source
+    from .decoders.registry import refused, source
 
     import dataclasses
 
@@ -392,9 +395,12 @@ def cmd_decoders(args: argparse.Namespace) -> int:
         rows.append({"decoder": name, "source": "built-in" if plugin is None else str(plugin),
                      "properties": {k: list(v) if isinstance(v, tuple) else v for k, v in props.items()},
                      "hyperparameters": hps})
+    broken = [{"decoder": b.name, "source": str(b.source), "refused": b.error} for b in refused()]
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps(rows + broken))
         return 0
+    for b in broken:
+        print(f"{b['decoder']}  ({b['source']}; REFUSED: {b['refused']})")
     for r in rows:
         declared = [k for k, v in r["properties"].items() if v is True]
         caches = ",".join(r["properties"]["supported_caches"])

@@ -3,12 +3,11 @@ finds models, vLLM its plugins and pytest `pytest11`): `ripple.decoders` names S
 subclasses, `ripple.tasks` Task subclasses. A registry reads its group once, when it is first
 read. Built-ins win: a plugin whose name is taken is refused. A plugin that fails to import, is
 not the right kind of class or declares malformed hyperparameters never breaks Ripple: asking for
-it is one line naming its distribution and the error, anything else still works, and one warning
-line lists what was refused.
+it is one line naming its distribution and the error, anything else still works without a word,
+and `ripple decoders` / `ripple tasks` list what was refused and why.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Callable
@@ -78,10 +77,6 @@ def discover(group: str, kind: str, builtins: set[str], check: Callable[[str, An
             broken[ep.name] = BrokenPlugin(ep.name, kind, source, f"{type(exc).__name__}: {text}".rstrip(": "))
             continue
         loaded[ep.name] = (obj, source)
-    if broken:
-        logging.getLogger("ripple.plugins").warning(
-            "%s plugin(s) refused (asking for one says why): %s", kind,
-            ", ".join(f"{b.name} ({b.source.distribution})" for b in broken.values()))
     return Discovered(loaded, broken)
 
 

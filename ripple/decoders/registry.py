@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import threading
 
 from ..errors import RippleError
 from ..plugins import DECODER_GROUP, BrokenPlugin, PluginSource, discover, refuse
@@ -15,6 +16,7 @@ _REGISTRY: dict[str, type[Scheduler]] = {}
 _SOURCES: dict[str, PluginSource] = {}  # plugin decoders: where they came from
 _BROKEN: dict[str, BrokenPlugin] = {}
 _PLUGINS_READ = False
+_PLUGINS_LOCK = threading.Lock()  # a worker's threads may read the registry first at once
 
 
 def register(cls: type[Scheduler]) -> type[Scheduler]:
@@ -51,12 +53,15 @@ def _read_plugins() -> None:
     global _PLUGINS_READ
     if _PLUGINS_READ:
         return
-    _PLUGINS_READ = True
-    found = discover(DECODER_GROUP, "decoder", set(_REGISTRY), check_decoder_class)
-    for name, (cls, source) in found.loaded.items():
-        register(cls)
-        _SOURCES[name] = source
-    _BROKEN.update(found.broken)
+    with _PLUGINS_LOCK:
+        if _PLUGINS_READ:
+            return
+        found = discover(DECODER_GROUP, "decoder", set(_REGISTRY), check_decoder_class)
+        for name, (cls, source) in found.loaded.items():
+            register(cls)
+            _SOURCES[name] = source
+        _BROKEN.update(found.broken)
+        _PLUGINS_READ = True  # only once every plugin is in: another thread never sees half a registry
 
 
 def names() -> list[str]:
@@ -67,13 +72,19 @@ def names() -> list[str]:
 
 def get(name: str) -> type[Scheduler]:
     _read_plugins()
-    if name in _BROKEN:
+    if name in _BROKEN and name not in _REGISTRY:  # a plugin that took a built-in's name loses to it
         raise refuse(_BROKEN[name])
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, _REGISTRY, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise RippleError(f"unknown decoder {name!r}{hint}; registered: {', '.join(names())}")
     return _REGISTRY[name]
+
+
+def refused() -> list[BrokenPlugin]:
+    """Plugin decoders that could not be registered, with why."""
+    _read_plugins()
+    return list(_BROKEN.values())
 
 
 def source(name: str) -> PluginSource | None:

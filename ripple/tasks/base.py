@@ -7,6 +7,7 @@ decoders, grids and dashboards only ever see these records, never a dataset.
 from __future__ import annotations
 
 import difflib
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -80,6 +81,7 @@ _TASKS: dict[str, type[Task]] = {}
 _SOURCES: dict[str, PluginSource] = {}  # plugin tasks: where they came from
 _BROKEN: dict[str, BrokenPlugin] = {}
 _PLUGINS_READ = False
+_PLUGINS_LOCK = threading.Lock()  # a worker's threads may read the registry first at once
 T = TypeVar("T", bound=type[Task])
 
 
@@ -100,12 +102,21 @@ def _read_plugins() -> None:
     global _PLUGINS_READ
     if _PLUGINS_READ:
         return
-    _PLUGINS_READ = True
-    found = discover(TASK_GROUP, "task", set(_TASKS), check_task_class)
-    for name, (cls, source) in found.loaded.items():
-        _TASKS[name] = cls
-        _SOURCES[name] = source
-    _BROKEN.update(found.broken)
+    with _PLUGINS_LOCK:
+        if _PLUGINS_READ:
+            return
+        found = discover(TASK_GROUP, "task", set(_TASKS), check_task_class)
+        for name, (cls, source) in found.loaded.items():
+            _TASKS[name] = cls
+            _SOURCES[name] = source
+        _BROKEN.update(found.broken)
+        _PLUGINS_READ = True  # only once every plugin is in: another thread never sees half a registry
+
+
+def refused_tasks() -> list[BrokenPlugin]:
+    """Plugin tasks that could not be registered, with why."""
+    _read_plugins()
+    return list(_BROKEN.values())
 
 
 def task_source(name: str) -> PluginSource | None:
@@ -136,7 +147,7 @@ def task_names() -> list[str]:
 def task_class(name: str) -> type[Task]:
     """The class registered as `name`, or a one-line error listing the registered names."""
     _read_plugins()
-    if name in _BROKEN:
+    if name in _BROKEN and name not in _TASKS:  # a plugin that took a built-in's name loses to it
         raise refuse(_BROKEN[name])
     try:
         return _TASKS[name]

@@ -1,0 +1,170 @@
+"""Decoders and tasks from other distributions (ripple/plugins.py), through the guides' own code:
+each guide's files are written to an empty folder and its commands run in a virtual environment
+layered on this one (so the plugin is installed for real, and other tests never see it); broken
+plugins are refused one at a time while everything else keeps working."""
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import ripple
+
+PROJECT = Path(ripple.__file__).resolve().parents[1]
+DOCS = PROJECT / "docs"
+BLOCK = re.compile(r"```(\w+)(?: file=(\S+))?\n(.*?)```", re.S)
+
+pytestmark = pytest.mark.slow
+
+
+class Env:
+    """A venv with --system-site-packages whose .pth makes this checkout and its packages importable."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.venv = root / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(self.venv)],
+                       check=True)
+        site = next(self.venv.glob("lib/python*/site-packages"))
+        paths = [str(PROJECT), *[p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]]
+        (site / "ripple-under-test.pth").write_text("\n".join(paths) + "\n")
+        self.python = str(self.venv / "bin" / "python")
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "RAY_USAGE_STATS_ENABLED": "0",
+                    "HF_HUB_OFFLINE": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
+        self.env.pop("RAY_ADDRESS", None)
+
+    def argv(self, line: str) -> list[str]:
+        """A guide's command with its program mapped into this environment."""
+        words = shlex.split(line)
+        program = {"pip": [self.python, "-m", "pip"], "python": [self.python], "ripple": [self.python, "-m", "ripple.cli"]}
+        return program[words[0]] + words[1:]
+
+    def run(self, line: str, cwd: Path, ok: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
+        proc = subprocess.run(self.argv(line), cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if ok:
+            assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        return proc
+
+
+@pytest.fixture(scope="module")
+def env():
+    root = Path(tempfile.mkdtemp(prefix="ripple-plugins-"))
+    try:
+        yield Env(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_guide(guide: Path, env: Env, folder: Path) -> dict[str, subprocess.CompletedProcess]:
+    """Write the guide's files and run its commands in order, as a reader would; command -> result."""
+    folder.mkdir(parents=True)
+    results = {}
+    for lang, name, body in BLOCK.findall(guide.read_text()):
+        if name:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(body)
+        elif lang == "sh":
+            for line in body.splitlines():
+                if line.strip():
+                    results[line] = env.run(line, folder)
+    return results
+
+
+def test_the_decoder_guide_from_an_empty_folder_to_a_leaderboard_row(env):
+    folder = env.root / "decoder-guide"
+    done = run_guide(DOCS / "adding-a-decoder.md", env, folder)
+    out = {line.split()[0] + " " + line.split()[1]: r.stdout for line, r in done.items()}
+    try:
+        assert "1 passed" in out["python -m"]  # the plugin's own suite, on ripple.testing's checks
+        listed = env.run("ripple decoders --json", folder)
+        row = next(r for r in json.loads(listed.stdout) if r["decoder"] == "lowest_entropy")
+        assert row["source"] == "ripple-lowest-entropy==0.1.0"
+        assert row["hyperparameters"] == [{"name": "max_entropy", "default": 0.5, "accepted": "float in [0.0, inf]",
+                                           "search": [0.1, 2.0], "doc": row["hyperparameters"][0]["doc"]}]
+        assert "ripple-lowest-entropy==0.1.0" in out["ripple decoders"]
+        # the grid's records carry the distribution and version; built-in rows would carry none
+        frame = pl.read_parquet(sorted((folder / "results").rglob("*.parquet")))
+        assert frame.height == 4 and set(frame["decoder"]) == {"lowest_entropy"} and frame["error"].is_null().all()
+        assert set(frame["plugins"]) == {json.dumps({"decoder": "ripple-lowest-entropy==0.1.0"}, separators=(",", ":"))} \
+            or {json.loads(p)["decoder"] for p in frame["plugins"]} == {"ripple-lowest-entropy==0.1.0"}
+        board = (folder / "results" / "leaderboard" / "leaderboard.md").read_text()
+        assert "| lowest_entropy |" in board
+        assert "max_entropy" in out["ripple sweep"]
+        eval_line = next(line for line in done if line.startswith("ripple eval"))
+        assert "accuracy" in done[eval_line].stdout
+    finally:
+        env.run("pip uninstall -y ripple-lowest-entropy", folder)
+    gone = env.run("ripple generate --model ripple-tiny --prompt 1+1= --decoder lowest_entropy --gen-length 16 "
+                   "--block-length 8", folder, ok=False)
+    assert gone.returncode == 2 and "unknown decoder 'lowest_entropy'" in gone.stderr
+
+
+def test_the_task_guide_runs_a_plugin_task_in_eval_and_a_grid(env):
+    folder = env.root / "task-guide"
+    done = run_guide(DOCS / "adding-a-task.md", env, folder)
+    try:
+        listed = next(r for line, r in done.items() if line.strip() == "ripple tasks")
+        assert re.search(r"capitals\s+exact_match\s+ripple-capitals==0\.2\.0", listed.stdout)
+        frame = pl.read_parquet(sorted((folder / "results").rglob("*.parquet")))
+        assert frame.height == 8 and set(frame["task"]) == {"capitals"} and frame["error"].is_null().all()
+        assert {json.loads(p)["task"] for p in frame["plugins"]} == {"ripple-capitals==0.2.0"}
+    finally:
+        env.run("pip uninstall -y ripple-capitals", folder)
+
+
+BROKEN = {
+    "import-error": ("bad_import", "raise ImportError('no such backend: cuda_magic')\n", "ImportError: no such backend"),
+    "wrong-class": ("not_a_decoder", "class NotADecoder:\n    name = 'not_a_decoder'\n", "not a subclass"),
+    "collision": ("rps", "from ripple.decoders.confidence import Confidence\n\n\nclass Rps(Confidence):\n    name = 'rps'\n",
+                  "built-in decoder"),
+    "bad-dataclass": ("bad_params", (
+        "from dataclasses import dataclass\n\nfrom ripple.decoders.confidence import Confidence\n"
+        "from ripple.decoders.params import HyperParams\n\n\n@dataclass(frozen=True)\nclass P(HyperParams):\n"
+        "    tau: float = 0.9\n\n\nclass BadParams(Confidence):\n    name = 'bad_params'\n    Params = P\n"),
+        "not declared with hp()"),
+}
+
+
+def _distribution(folder: Path, kind: str, entry: str, source: str) -> Path:
+    dist = folder / f"ripple-broken-{kind}"
+    dist.mkdir(parents=True)
+    module = f"broken_{kind.replace('-', '_')}"
+    (dist / f"{module}.py").write_text(source)
+    classes = re.findall(r"^class (\w+)", source, re.M)
+    target = f"{module}:{classes[-1] if classes else 'Anything'}"  # the decoder is the module's last class
+    (dist / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "ripple-broken-{kind}"\nversion = "1.0"\n\n[tool.setuptools]\npy-modules = ["{module}"]\n\n'
+        f'[project.entry-points."ripple.decoders"]\n{entry} = "{target}"\n')
+    return dist
+
+
+def test_broken_plugins_are_refused_in_one_line_and_break_nothing_else(env):
+    folder = env.root / "broken"
+    folder.mkdir()
+    dists = [_distribution(folder, kind, entry, source) for kind, (entry, source, _) in BROKEN.items()]
+    env.run("pip install --no-deps --no-build-isolation " + " ".join(map(str, dists)), folder)
+    generate = "ripple generate --model ripple-tiny --prompt 1+1= --gen-length 16 --block-length 8 --decoder "
+    try:
+        for kind, (entry, _, reason) in BROKEN.items():
+            if kind == "collision":
+                continue
+            proc = env.run(generate + entry, folder, ok=False)
+            assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+            assert f"ripple-broken-{kind} 1.0" in proc.stderr and reason in proc.stderr, proc.stderr
+        rps = env.run(generate + "rps", folder)  # the built-in wins the collision and everything else works
+        assert rps.stderr.count("warning") <= 1 and "-- nfe" in rps.stderr, rps.stderr
+        listed = json.loads(env.run("ripple decoders --json", folder).stdout)
+        assert next(r for r in listed if r["decoder"] == "rps" and "refused" not in r)["source"] == "built-in"
+        refused = {r["decoder"]: r for r in listed if "refused" in r}
+        assert set(refused) == {"bad_import", "not_a_decoder", "bad_params", "rps"}
+        assert "built-in decoder" in refused["rps"]["refused"] and refused["rps"]["source"] == "ripple-broken-collision==1.0"
+    finally:
+        env.run("pip uninstall -y " + " ".join(f"ripple-broken-{k}" for k in BROKEN), folder)
