@@ -7,14 +7,18 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.conftest import shared_dir
+
 HARNESS_TASKS = {"gsm8k": "gsm8k", "minerva_math500": "math500", "humaneval": "humaneval", "mbpp": "mbpp"}
-METRICS = Path(__file__).parent / "tasks" / "harness_metrics"  # holds the offline stand-in for code_eval
+# Hugging Face evaluate's real `code_eval` (../shared/reference/README.md): the harness's
+# evaluate.load("code_eval") finds it as the folder `code_eval` of the working directory
+METRICS = shared_dir() / "reference"
 ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_ALLOW_CODE_EVAL": "1"}
 
 
 @contextmanager
 def harness_env():
-    """Offline, code execution allowed, and `evaluate.load("code_eval")` finding the stand-in."""
+    """Offline, code execution allowed, and `evaluate.load("code_eval")` finding the real script by path."""
     saved, cwd = {k: os.environ.get(k) for k in ENV}, os.getcwd()
     os.environ.update(ENV)
     os.chdir(METRICS)

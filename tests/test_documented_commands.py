@@ -14,7 +14,8 @@ COMMAND = re.compile(r"(?:\bpython3?|\$\(PY\)) -m (ripple(?:\.\w+)*)")
 
 
 def documented_modules() -> list[str]:
-    files = [REPO / "README.md", REPO / "Makefile", REPO / ".ci" / "run", *sorted((REPO / "ripple").rglob("*.py"))]
+    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "Makefile", REPO / ".ci" / "run",
+             *sorted((REPO / "ripple").rglob("*.py"))]
     return sorted({m for f in files for m in COMMAND.findall(f.read_text())})
 
 

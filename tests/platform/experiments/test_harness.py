@@ -84,7 +84,7 @@ def test_every_decoder_runs_through_the_harness_with_nfe_and_tpf_logged(harness_
 
 def _cli(*args):
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_ALLOW_CODE_EVAL": "1"}
-    # run where evaluate.load("code_eval") finds the offline stand-in (harness_tools)
+    # run where evaluate.load("code_eval") finds HF's real script by path (harness_tools)
     return subprocess.run([sys.executable, "-m", "ripple.cli", "lm-eval", *args], capture_output=True, text=True,
                           env=env, timeout=600, cwd=METRICS)
 
