@@ -8,6 +8,7 @@ and `ripple decoders` / `ripple tasks` list what was refused and why.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Callable
@@ -82,3 +83,42 @@ def discover(group: str, kind: str, builtins: set[str], check: Callable[[str, An
 
 def refuse(broken: BrokenPlugin) -> RippleError:
     return RippleError(broken.message())
+
+
+class PluginGroup:
+    """One registry's plugins: read once (under a lock: a worker's threads may ask first at once), each
+    loaded class handed to the registry's own `add`, the refused ones kept with their reason."""
+
+    def __init__(self, group: str, kind: str, check: Callable[[str, Any], None], builtins: Callable[[], set],
+                 add: Callable[[str, Any], None]):
+        self.group, self.kind, self.check, self.builtins, self.add = group, kind, check, builtins, add
+        self.sources: dict[str, PluginSource] = {}
+        self.broken: dict[str, BrokenPlugin] = {}
+        self._read = False
+        self._lock = threading.Lock()
+
+    def read(self) -> None:
+        if self._read:
+            return
+        with self._lock:
+            if self._read:
+                return
+            found = discover(self.group, self.kind, self.builtins(), self.check)
+            for name, (cls, source) in found.loaded.items():
+                self.add(name, cls)
+                self.sources[name] = source
+            self.broken.update(found.broken)
+            self._read = True  # only once every plugin is in: another thread never sees half a registry
+
+    def refusal(self, name: str, registered) -> RippleError | None:
+        """The one-line error for a refused plugin `name` (None when it is not one, or a built-in has it)."""
+        self.read()
+        return refuse(self.broken[name]) if name in self.broken and name not in registered else None
+
+    def refused(self) -> list[BrokenPlugin]:
+        self.read()
+        return list(self.broken.values())
+
+    def source(self, name: str) -> PluginSource | None:
+        self.read()
+        return self.sources.get(name)

@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import threading
 
 from ..errors import RippleError
-from ..plugins import DECODER_GROUP, BrokenPlugin, PluginSource, discover, refuse
+from ..plugins import DECODER_GROUP, BrokenPlugin, PluginGroup, PluginSource
 from .base import Scheduler
 from .params import HyperParams, field_kind
 
 _REGISTRY: dict[str, type[Scheduler]] = {}
-_SOURCES: dict[str, PluginSource] = {}  # plugin decoders: where they came from
-_BROKEN: dict[str, BrokenPlugin] = {}
-_PLUGINS_READ = False
-_PLUGINS_LOCK = threading.Lock()  # a worker's threads may read the registry first at once
-
-
 def register(cls: type[Scheduler]) -> type[Scheduler]:
     if cls.name in _REGISTRY:
         raise ValueError(f"decoder {cls.name!r} registered twice")
@@ -49,31 +42,20 @@ def check_decoder_class(name: str, obj) -> None:
     params()  # the defaults pass the dataclass's own checks
 
 
-def _read_plugins() -> None:
-    global _PLUGINS_READ
-    if _PLUGINS_READ:
-        return
-    with _PLUGINS_LOCK:
-        if _PLUGINS_READ:
-            return
-        found = discover(DECODER_GROUP, "decoder", set(_REGISTRY), check_decoder_class)
-        for name, (cls, source) in found.loaded.items():
-            register(cls)
-            _SOURCES[name] = source
-        _BROKEN.update(found.broken)
-        _PLUGINS_READ = True  # only once every plugin is in: another thread never sees half a registry
+PLUGINS = PluginGroup(DECODER_GROUP, "decoder", check_decoder_class, lambda: set(_REGISTRY),
+                      lambda name, cls: register(cls))
 
 
 def names() -> list[str]:
     """Registered decoder names in display order (each class's `display_order`, then name)."""
-    _read_plugins()
+    PLUGINS.read()
     return sorted(_REGISTRY, key=lambda n: (_REGISTRY[n].display_order, n))
 
 
 def get(name: str) -> type[Scheduler]:
-    _read_plugins()
-    if name in _BROKEN and name not in _REGISTRY:  # a plugin that took a built-in's name loses to it
-        raise refuse(_BROKEN[name])
+    refusal = PLUGINS.refusal(name, _REGISTRY)  # a plugin that took a built-in's name loses to it
+    if refusal is not None:
+        raise refusal
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, _REGISTRY, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -83,14 +65,12 @@ def get(name: str) -> type[Scheduler]:
 
 def refused() -> list[BrokenPlugin]:
     """Plugin decoders that could not be registered, with why."""
-    _read_plugins()
-    return list(_BROKEN.values())
+    return PLUGINS.refused()
 
 
 def source(name: str) -> PluginSource | None:
     """The distribution and version of a plugin decoder; None for Ripple's own."""
-    _read_plugins()
-    return _SOURCES.get(name)
+    return PLUGINS.source(name)
 
 
 def build(name: str, settings: dict[str, str] | None = None) -> Scheduler:

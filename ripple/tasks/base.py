@@ -7,13 +7,12 @@ decoders, grids and dashboards only ever see these records, never a dataset.
 from __future__ import annotations
 
 import difflib
-import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from ripple.errors import RippleError
-from ripple.plugins import TASK_GROUP, BrokenPlugin, PluginSource, discover, refuse
+from ripple.plugins import TASK_GROUP, BrokenPlugin, PluginGroup, PluginSource
 
 
 @dataclass(frozen=True)
@@ -78,10 +77,6 @@ def cut_at_stops(text: str, stop_sequences: tuple[str, ...]) -> str:
 
 
 _TASKS: dict[str, type[Task]] = {}
-_SOURCES: dict[str, PluginSource] = {}  # plugin tasks: where they came from
-_BROKEN: dict[str, BrokenPlugin] = {}
-_PLUGINS_READ = False
-_PLUGINS_LOCK = threading.Lock()  # a worker's threads may read the registry first at once
 T = TypeVar("T", bound=type[Task])
 
 
@@ -97,32 +92,18 @@ def check_task_class(name: str, obj) -> None:
         raise TypeError(f"{obj.__qualname__} needs a `metric` string and a `stop_sequences` tuple")
 
 
-def _read_plugins() -> None:
-    """Tasks of other distributions (`ripple.tasks` entry points), read once (ripple/plugins.py)."""
-    global _PLUGINS_READ
-    if _PLUGINS_READ:
-        return
-    with _PLUGINS_LOCK:
-        if _PLUGINS_READ:
-            return
-        found = discover(TASK_GROUP, "task", set(_TASKS), check_task_class)
-        for name, (cls, source) in found.loaded.items():
-            _TASKS[name] = cls
-            _SOURCES[name] = source
-        _BROKEN.update(found.broken)
-        _PLUGINS_READ = True  # only once every plugin is in: another thread never sees half a registry
+PLUGINS = PluginGroup(TASK_GROUP, "task", check_task_class, lambda: set(_TASKS),
+                      lambda name, cls: _TASKS.__setitem__(name, cls))
 
 
 def refused_tasks() -> list[BrokenPlugin]:
     """Plugin tasks that could not be registered, with why."""
-    _read_plugins()
-    return list(_BROKEN.values())
+    return PLUGINS.refused()
 
 
 def task_source(name: str) -> PluginSource | None:
     """The distribution and version of a plugin task; None for Ripple's own."""
-    _read_plugins()
-    return _SOURCES.get(name)
+    return PLUGINS.source(name)
 
 
 def register_task(cls: T) -> T:
@@ -140,15 +121,15 @@ def register_task(cls: T) -> T:
 
 def task_names() -> list[str]:
     """Registered task names, sorted."""
-    _read_plugins()
+    PLUGINS.read()
     return sorted(_TASKS)
 
 
 def task_class(name: str) -> type[Task]:
     """The class registered as `name`, or a one-line error listing the registered names."""
-    _read_plugins()
-    if name in _BROKEN and name not in _TASKS:  # a plugin that took a built-in's name loses to it
-        raise refuse(_BROKEN[name])
+    refusal = PLUGINS.refusal(name, _TASKS)  # a plugin that took a built-in's name loses to it
+    if refusal is not None:
+        raise refusal
     try:
         return _TASKS[name]
     except KeyError:
