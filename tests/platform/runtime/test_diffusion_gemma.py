@@ -2,16 +2,15 @@
 diffusion-gemma-tiny, the cache's window and positions across canvases, batching with padding, the
 sync-free experts, the mask engine's refusal, and bad checkpoints."""
 import json
-import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from ripple.cli import main
 from ripple.errors import RippleError
 from ripple.platform.runtime.engine import Engine
 from ripple.platform.runtime.loading import load_model
+from tests.platform.runtime.checkpoints import changed_copy, refused_in_one_line
 from ripple.platform.runtime.models import get_family
 
 TOL = 2e-4  # the issue's bound, float32 (the reference's eager and sdpa attention differ by 1.9e-4)
@@ -140,11 +139,7 @@ def test_passes_make_no_device_to_host_copy(gemma, expected, monkeypatch):
 def test_mask_decoders_refuse_the_family_in_one_line(gemma, golden, capsys):
     with pytest.raises(RippleError, match="diffusion_gemma is a uniform-noise .renoising. family; mask decoders cannot"):
         Engine.from_loaded(gemma)
-    argv = ["generate", "--model", str(golden / NAME), "--input-ids", "5,6,7", "--decoder", "default",
-            "--gen-length", "8", "--block-length", "8", "--device", "cpu"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "uniform-noise (renoising) family; mask decoders cannot decode it" in err and err.count("\n") == 1
+    refused_in_one_line(capsys, golden / NAME, "uniform-noise (renoising) family; mask decoders cannot decode it")
 
 
 def test_an_image_token_in_the_prompt_is_refused(gemma):
@@ -155,18 +150,7 @@ def test_an_image_token_in_the_prompt_is_refused(gemma):
 
 def _copy(golden, tmp_path, **changes):
     """The checkpoint with text_config keys changed (None: removed)."""
-    d = tmp_path / "ck"
-    shutil.copytree(golden / NAME, d)
-    for p in d.iterdir():
-        p.chmod(0o644)
-    cfg = json.loads((d / "config.json").read_text())
-    for key, value in changes.items():
-        if value is None:
-            cfg["text_config"].pop(key, None)
-        else:
-            cfg["text_config"][key] = value
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
+    return changed_copy(golden / NAME, tmp_path / "ck", changes, section="text_config")
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -183,12 +167,7 @@ def _copy(golden, tmp_path, **changes):
                               "config.json implies (16,)"),
 ])
 def test_bad_configs_are_one_line_and_exit_2(golden, tmp_path, capsys, changes, message):
-    d = _copy(golden, tmp_path, **changes)
-    argv = ["generate", "--model", str(d), "--input-ids", "5,6,7", "--decoder", "default", "--gen-length", "8",
-            "--block-length", "8", "--device", "cpu"]
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    assert message in captured.err and captured.err.count("\n") == 1 and captured.out == "", captured.err
+    refused_in_one_line(capsys, _copy(golden, tmp_path, **changes), message)
 
 
 def test_missing_or_corrupt_weights_are_one_line_errors(golden, tmp_path):

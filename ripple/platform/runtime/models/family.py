@@ -8,7 +8,7 @@ from typing import Any, Callable
 from torch import nn
 
 from ....errors import RippleError
-from .transformer import DiffusionTransformer, TransformerConfig
+from .transformer import DiffusionTransformer
 
 NOISES = ("mask", "uniform")
 
