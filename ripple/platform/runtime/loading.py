@@ -43,7 +43,7 @@ class LoadedModel:
 
     @property
     def shift(self) -> int:
-        return self.model.shift
+        return getattr(self.model, "shift", 0)  # a uniform-noise family does not shift
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -62,6 +62,21 @@ def test_every_reference_tensor_matches(gemma, expected, golden):
         assert (got[key] - want).abs().max().item() < TOL, key
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_low_precision_dtypes_load_and_stay_close(golden, expected, dtype):
+    lm = load_model(str(golden / NAME), dtype, "cpu")
+    assert lm.model.embed.weight.dtype == getattr(torch, dtype)
+    with torch.no_grad():
+        got = _passes(lm.model, expected, "long")
+    ref = expected["long.decoder.logits_nosc"]
+    assert got["long.decoder.logits_nosc"].dtype == torch.float32  # logits in float32 whatever the weights
+    assert (got["long.decoder.logits_nosc"] - ref).abs().max() < 0.2 * ref.abs().max()
+    for key in ("long.decoder.logits_nosc", "long.decoder.logits_sc"):
+        assert (got[key].argmax(-1) == expected[key].argmax(-1)).float().mean() > 0.85, key
+    # after the cache extension bfloat16 drifts by half the logits' range, as the reference's own
+    # bfloat16 run does on this random checkpoint (7.8 of 16): not asserted
+
+
 def test_family_facts_from_the_checkpoint(gemma):
     m, cfg = gemma.model, gemma.model.cfg
     assert gemma.model_type == "diffusion_gemma" and m.noise == "uniform" and get_family("diffusion_gemma").noise == "uniform"

@@ -246,28 +246,39 @@ class DiffusionGemma(nn.Module):
             vis = vis & (q - k < self.cfg.sliding_window)
         if valid is None:
             return vis[None, None]
-        return (vis & valid[:, None, start - n_past:] | (k == q))[:, None]  # [B, 1, T, K]
+        return ((vis & valid[:, None, start - n_past:]) | (k == q))[:, None]  # [B, 1, T, K]
+
+    @staticmethod
+    def _slots(cache: GemmaCache | None, valid: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor | None:
+        """Which slots hold tokens once ids [B, T] are appended: [B, length + T] (None: all of them)."""
+        past = None if cache is None else cache.valid
+        if past is None and valid is None:
+            return None
+        B, T = ids.shape
+
+        def every(n: int) -> torch.Tensor:
+            return torch.ones(B, n, dtype=torch.bool, device=ids.device)
+
+        return torch.cat((every(cache.length if cache else 0) if past is None else past,
+                          every(T) if valid is None else valid), dim=1)
 
     def encode(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: GemmaCache | None = None,
                valid: torch.Tensor | None = None) -> EncoderOutput:
         """Causal pass over ids [B, T] at positions [B, T] (default: after the cache), appended to `cache`
-        (None: the prompt, a new cache). `valid` [B, T]: False at padding (left-padded prompts of a batch)."""
-        B, T = ids.shape
+        (None: the prompt, a new cache). `valid` [B, T]: False at padding (left-padded prompts of a batch).
+        A prompt (no cache yet) is checked for the image token: one host read per sample."""
+        T = ids.shape[1]
         start = cache.length if cache is not None else 0
         if cache is None and self.cfg.image_token_id is not None and bool((ids == self.cfg.image_token_id).any()):
             raise RippleError(f"{self.family}: the prompt holds the image token {self.cfg.image_token_id}; "
                               f"images are not supported (text only)")
         if positions is None:
             positions = self._positions(start, ids)
-        all_valid = None
-        if valid is not None or (cache is not None and cache.valid is not None):
-            old = cache.valid if cache is not None and cache.valid is not None else \
-                torch.ones(B, start, dtype=torch.bool, device=ids.device)
-            all_valid = torch.cat((old, valid if valid is not None else torch.ones_like(ids, dtype=torch.bool)), 1)
+        all_valid = self._slots(cache, valid, ids)  # [B, start + T] or None
         h = self._embed(ids)  # [B, T, d]
         keys, values = [], []
-        for i, (layer, (cos, sin)) in enumerate(zip(self.layers, self._rope(positions, h.dtype))):
-            shape = self.cfg.layers[i]
+        rope = self._rope(positions, h.dtype)
+        for i, (layer, shape, (cos, sin)) in enumerate(zip(self.layers, self.cfg.layers, rope)):
             past = None if cache is None else (cache.keys[i], cache.values[i])
             n_past = 0 if past is None else past[0].shape[2]
             mask = self._encoder_mask(shape, start, T, n_past, all_valid, ids.device)
