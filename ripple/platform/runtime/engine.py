@@ -154,7 +154,7 @@ class Engine:
 
     def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
                  max_positions: int | None = None, device: torch.device | str = "cpu"):
-        if getattr(model, "noise", "mask") != "mask":  # a family property (ripple/platform/runtime/models/family.py)
+        if getattr(model, "noise", "mask") == "uniform":  # a family property (ripple/platform/runtime/models/family.py)
             raise RippleError(f"{getattr(model, 'family', 'this model')} is a uniform-noise (renoising) family; "
                               f"mask decoders cannot decode it")
         self.model = model
