@@ -193,6 +193,10 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
     p.add_argument("--cache", default="none", help="KV cache policy: none, prefix, dual")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--block-align", default="response", choices=("response", "absolute"),
+                   help="where blocks start: response (block b = response positions b*L..; default) or absolute "
+                        "(aligned to position 0 as dInfer runs LLaDA: the first block holds the prompt's tail, the "
+                        "last one is shorter; block-diffusion families are always aligned to 0)")
     p.add_argument("--stop-at-eos", action="store_true",
                    help="stop after the block in which an end-of-sequence token was committed")
     p.add_argument("--eos-early-stop", action="store_true",
@@ -208,7 +212,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
-                              args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length))
+                              args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length),
+                              args.block_align)
     ids = parse_ids(args.input_ids) if args.input_ids is not None else None
     if ids is not None:
         refuse_mask(ids, config_mask_id(args.model))  # before the weights load
@@ -261,7 +266,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     decoder = build(args.decoder, parse_settings(args.set))
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
-                              args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length))
+                              args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length),
+                              args.block_align)
     if args.limit is not None and args.limit < 1:
         raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
     task = get_task(args.task, data_dir=args.data_dir)

@@ -6,7 +6,7 @@ Every module of this package is imported here, and a decoder registers itself wi
 import importlib
 import pkgutil
 
-from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler, CACHE_POLICIES  # noqa: F401
+from .base import BlockState, Commit, Lookahead, Plan, Resolution, RunShape, Scheduler, CACHE_POLICIES  # noqa: F401
 from .registry import build, get, names, register  # noqa: F401
 
 _INFRASTRUCTURE = {"base", "params", "registry"}

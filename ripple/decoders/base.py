@@ -19,6 +19,22 @@ step's commits and edits together and, once the block holds no mask, keeps runni
 forwards while the decoder's post steps edit, at most `max_post_forwards` of them per block.
 Decoders that do not declare it are never asked a post step.
 
+Other needs are declared too, never named (the field's decoders, issue 35):
+- state across a block's steps lives in `BlockState.memory`, which the engine creates per sample
+  and block and drops at the block's end (CreditDecoding's credit matrix, SlowFast's sub-cycle);
+  state across blocks lives in `BlockState.sample_memory`, one per sample, dropped with it. No
+  state is ever kept on the decoder object, so nothing leaks from one sample to the next;
+- a decoder that declares `defers_masks` may end a block with masks left (`Plan.defer`; DUS's
+  taken-back tokens, which belong to no later level): later blocks decode with those masks in
+  place, as the reference does, and after the last block the engine fills each such block with
+  one forward (top-1 tokens other than the mask id, counted in NFE), so no mask is left;
+- a decoder that declares `shortens_canvas` may end a plan's next forward early (`Plan.extent`:
+  the canvas is cut after that block offset, what follows is absent, not masked; SlowFast's later
+  fill forwards); the block rows past the cut keep their last distributions;
+- a decoder whose rule depends on the run's geometry (PC-Sampler's steps per block, a prior over
+  the model's vocabulary) checks it in `prepare`, once per `generate`, before any forward, and
+  reads `BlockState.n_blocks` (the blocks this sample decodes).
+
 For shifted-logit families (Dream) the engine commits the block's first position at the
 block opening (ripple/platform/runtime/engine.py); such positions are marked in `BlockState.fixed`
 and are never remasked.
@@ -64,6 +80,24 @@ class Plan:
     # frozen dataclass, opaque to the engine; `info` is only for the decode trace
     context: Any = None
     info: dict[str, Any] = field(default_factory=dict)  # for the decode trace
+    # the next forward sees the canvas only up to this block offset (decoders that declare
+    # `shortens_canvas`; None: the whole canvas the family's forward sees)
+    extent: int | None = None
+    # end the block now even if masks remain (decoders that declare `defers_masks`): the engine
+    # fills them after the last block, one forward per such block
+    defer: bool = False
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a decoder may check before a run (`Scheduler.prepare`)."""
+
+    gen_length: int
+    block_length: int
+    n_blocks: tuple[int, ...]  # blocks each sample decodes (block alignment decides it)
+    vocab_size: int
+    mask_id: int
+    model_dir: str | None = None  # the model's folder when loaded from one (shipped data such as a prior)
 
 
 @dataclass(frozen=True)
@@ -83,10 +117,12 @@ class BlockState:
     """One sample's current block as a decoder sees it. The engine updates tokens/logits."""
 
     def __init__(self, tokens: torch.Tensor, logits: torch.Tensor, mask_id: int, block_index: int,
-                 sample_memory: dict[str, Any] | None = None):
+                 sample_memory: dict[str, Any] | None = None, n_blocks: int = 1):
         self.tokens = tokens  # [L] view into the canvas
         self.mask_id = mask_id
         self.block_index = block_index
+        self.n_blocks = n_blocks  # blocks this sample decodes
+        self.response_offset = 0  # block position j is response position response_offset + j (for traces)
         self.step = 0
         self.memory: dict[str, Any] = {}  # decoder scratch, lives for this sample's block
         # decoder scratch that lives for the whole sample, across its blocks
@@ -154,6 +190,10 @@ class Scheduler(ABC):
     needs_rows_beyond_block: ClassVar[bool] = False
     # plans may carry `edit` (token editing) and the block may run post forwards (`max_post_forwards`)
     edits_tokens: ClassVar[bool] = False
+    # plans may carry `extent`: the next forward sees the canvas only up to that block offset
+    shortens_canvas: ClassVar[bool] = False
+    # plans may end a block with masks left (`defer`); the engine fills them after the last block
+    defers_masks: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
 
@@ -170,6 +210,10 @@ class Scheduler(ABC):
     def max_post_forwards(self) -> int:
         """Post forwards a block may run after its last mask is filled (token editing)."""
         return 0
+
+    def prepare(self, shape: RunShape) -> None:
+        """Check this configuration against a run before any forward; raise RippleError (one line)
+        when it cannot run (e.g. steps not divisible by the number of blocks). Keeps no state."""
 
     @abstractmethod
     def step(self, state: BlockState) -> Plan:
@@ -217,6 +261,14 @@ def top_prob(probs: torch.Tensor, mask_id: int) -> torch.Tensor:
 def entropy(p: torch.Tensor) -> torch.Tensor:
     """Full-vocabulary entropy in nats over the last dim (0 log 0 = 0)."""
     return -torch.special.xlogy(p, p).sum(-1)
+
+
+def argmax_probs(logits: torch.Tensor, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 = argmax over the whole vocabulary, the mask id included (first index on ties), and its
+    softmax probability in `dtype`, as the field's reference decoders compute them: [L, V] -> [L], [L]."""
+    x0 = logits.argmax(dim=-1)  # [L]
+    p = torch.softmax(logits.to(dtype), dim=-1).gather(-1, x0[:, None]).squeeze(-1)
+    return x0, p
 
 
 def top1_index(conf: torch.Tensor) -> int:

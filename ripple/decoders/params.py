@@ -29,7 +29,16 @@ def choice(default: str, options: tuple[str, ...], *, name=None, doc="", search=
     return field(default=default, metadata=meta)
 
 
+def text(default: str = "", *, name=None, doc=""):
+    """A free-text hyperparameter (a file path, say): never searched, checked by its decoder."""
+    meta = {"text": True, "lo": None, "hi": None, "lo_open": False, "hi_open": False, "name": name, "doc": doc,
+            "search": None}
+    return field(default=default, metadata=meta)
+
+
 def _range_text(meta: dict, kind: type) -> str:
+    if meta.get("text"):
+        return "any text"
     if meta.get("choices"):
         return f"one of {', '.join(meta['choices'])}"
     lo, hi = meta["lo"], meta["hi"]

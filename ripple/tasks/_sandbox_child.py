@@ -9,6 +9,7 @@ disarms destructive functions and runs the program. Standard library only, never
 ripple: it runs under whichever interpreter starts it.
 """
 import builtins
+import errno
 import io
 import json
 import linecache
@@ -24,6 +25,11 @@ MNT_DETACH = 2
 UNREADABLE = "sandbox: the program's user cannot read"  # sandbox.py recognises a refusal by this prefix
 SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1  # 442 on every arch but alpha
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, CAPABILITY_VERSION_3 = 4, 38, 0x20080522
+O_PATH = getattr(os, "O_PATH", 0o10000000)
+# errnos by which a kernel, container or seccomp policy refuses a namespace or a mount
+REFUSED = {errno.EPERM, errno.EACCES, errno.ENOSYS, errno.ENODEV, errno.EINVAL, errno.ENOSPC, errno.EUSERS}
+BUG = "sandbox: bug:"  # sandbox.py recognises the sandbox's own failure by this prefix
+PRIVATE = ("/var/tmp", "/dev/shm", "/tmp")  # the directories the run's tmpfs replaces
 
 
 def main():
@@ -36,7 +42,7 @@ def main():
         except Exception:
             pass
     import_path = [p for p in sys.path if os.path.isdir(p)]
-    libc = isolate(cfg, import_path) if cfg["isolate"] else None
+    libc = isolate(cfg, runtime_paths(import_path)) if cfg["isolate"] else None
     if libc is None:
         os.chdir(cfg["workdir"])
     limit(cfg)
@@ -47,7 +53,7 @@ def main():
 
 
 # ---------------------------------------------------------------------------- kernel isolation
-def isolate(cfg, import_path):
+def isolate(cfg, runtime):
     """Enter fresh namespaces and return libc in the program's process (the other two never return)."""
     import ctypes
 
@@ -59,7 +65,7 @@ def isolate(cfg, import_path):
         os.close(status_write)
         relay(child, status_read)
     os.close(status_read)
-    step("private filesystems", mount_private, libc, cfg, import_path)
+    step("private filesystems", mount_private, libc, cfg, runtime)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1 then ignores it, like every signal it has no handler for
     child = os.fork()
     if child:
@@ -70,11 +76,15 @@ def isolate(cfg, import_path):
 
 
 def step(what, action, *args):
-    """Run one isolation step; a failure ends the run with one line naming it."""
+    """Run one isolation step; a failure ends the run with one line naming it. The kernel refusing
+    (a permission, a missing feature) is a reason to fall back; anything else (a path that is not
+    there, say) is the sandbox's own mistake, and says so (sandbox.py then refuses to run)."""
     try:
         action(*args)
     except OSError as exc:
-        raise SystemExit(f"sandbox: {what} failed: {exc}") from None
+        if exc.errno in REFUSED:
+            raise SystemExit(f"sandbox: {what} failed: {exc}") from None
+        raise SystemExit(f"{BUG} {what} failed: {exc}") from None
 
 
 def call(function, *args):
@@ -120,28 +130,84 @@ def read_only(libc, path):
          ctypes.c_long(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_long(ctypes.sizeof(attr)))
 
 
-def mount_private(libc, cfg, import_path):
+def runtime_paths(import_path):
+    """What the program needs of the host to run, as the interpreter names it: the import path (a
+    virtual environment's site-packages, the base installation, folders added by .pth files), the
+    source folders of editable installs (setuptools' finder keeps them in `MAPPING`, off
+    sys.path), the interpreter and a virtual environment's pyvenv.cfg. Each also at its resolved
+    path where that differs. Read before any mount, so nothing is resolved through a hidden place."""
+    named = list(import_path)
+    for finder in sys.meta_path:
+        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", None)
+        if isinstance(mapping, dict):
+            named += [path for path in mapping.values() if isinstance(path, str)]
+    named += [sys.executable, os.path.join(sys.prefix, "pyvenv.cfg")]
+    paths = set()
+    for path in named:
+        if path and os.path.exists(path):
+            paths.update({os.path.normpath(os.path.abspath(path)), os.path.realpath(path)})
+    return sorted(paths)
+
+
+def outermost(paths):
+    """`paths` without those inside another one of them (a recursive bind of the outer covers them)."""
+    kept = []
+    for path in sorted(paths):
+        if not any(path.startswith(outer + "/") for outer in kept):
+            kept.append(path)
+    return kept
+
+
+def mount_private(libc, cfg, runtime):
     """The host's filesystems read-only, a /proc of this pid namespace, and one size-limited tmpfs
     behind the working directory, /tmp, /var/tmp and /dev/shm: it vanishes with the namespace.
-    The interpreter's import path is made reachable for the run's own uid (`expose`)."""
+    What the program needs to run (`runtime`) is bound back read-only at its own paths where it
+    lived under those directories, or under a directory the run's uid cannot enter (`expose`)."""
     mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates to the host
     read_only(libc, "/")
+    needed = outermost(runtime)
+    # Held open before anything is hidden: each is bound back later from its descriptor.
+    held = {path: os.open(path, O_PATH | os.O_CLOEXEC) for path in needed}
+    private = [path for path in PRIVATE if os.path.isdir(path) and not os.path.islink(path)]
     mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
     mount(libc, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
           f"size={cfg['scratch']},nr_inodes={cfg['inodes']},mode=1777")
     for name in ("tmp", "var-tmp", "shm"):
         os.mkdir(f"/tmp/{name}")
         os.chmod(f"/tmp/{name}", 0o1777)
-    if cfg["uid"] is not None:
-        expose(libc, import_path, "/tmp/hold")
     # Bind the parts over their places; the last bind hides the tmpfs's root and the other parts.
     for name, target in (("var-tmp", "/var/tmp"), ("shm", "/dev/shm"), ("tmp", "/tmp")):
-        if os.path.isdir(target) and not os.path.islink(target):
+        if target in private:
             mount(libc, f"/tmp/{name}", target, None, MS_BIND)
+    under_private = [path for path in needed if any(path.startswith(root + "/") for root in private)]
+    for path in under_private:
+        restore(libc, path, held[path])
+    if cfg["uid"] is not None:
+        expose(libc, [path for path in needed if path not in under_private], held)
+    for fd in held.values():
+        os.close(fd)
     os.mkdir(cfg["workdir"], 0o700)
     if cfg["uid"] is not None:
         os.chown(cfg["workdir"], cfg["uid"], cfg["gid"])
     os.chdir(cfg["workdir"])
+
+
+def restore(libc, path, fd):
+    """Bind what `fd` holds back at `path`, read-only, making the way down to it (0755, whatever the
+    umask) in the fresh tmpfs that now covers it."""
+    way = ""
+    for part in path.strip("/").split("/")[:-1]:
+        way += "/" + part
+        if not os.path.isdir(way):
+            os.mkdir(way)
+            os.chmod(way, 0o755)
+    if os.path.isdir(f"/proc/self/fd/{fd}"):
+        if not os.path.isdir(path):
+            os.mkdir(path)
+    elif not os.path.exists(path):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))  # a file is bound over a file
+    mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+    read_only(libc, path)
 
 
 def blocking_ancestor(path):
@@ -155,34 +221,20 @@ def blocking_ancestor(path):
     return None
 
 
-def expose(libc, import_path, hold):
-    """Make the import path reachable for the run's uid: each directory that hides part of it
-    (e.g. a 0700 /root) is covered, in this mount namespace only, by a read-only tmpfs that holds
-    nothing but the way down to the import path's directories, bound back at their own paths
-    (read-only). Everything else in the hidden directory stays out of sight."""
+def expose(libc, paths, held):
+    """Make `paths` reachable for the run's uid: each directory that hides part of them (e.g. a 0700
+    /root) is covered, in this mount namespace only, by a read-only tmpfs that holds nothing but the
+    way down to them, bound back at their own paths (read-only). Everything else in the hidden
+    directory stays out of sight."""
     hidden = {}
-    for path in sorted({os.path.realpath(p) for p in import_path}):
+    for path in paths:
         ancestor = blocking_ancestor(path)
-        if ancestor is not None and not any(path.startswith(kept + "/") for kept in hidden.get(ancestor, ())):
+        if ancestor is not None:
             hidden.setdefault(ancestor, []).append(path)
-    if not hidden:
-        return
-    os.mkdir(hold, 0o700)
-    for ancestor, paths in hidden.items():
-        held = [f"{hold}/{len(os.listdir(hold)) + i}" for i in range(len(paths))]
-        for path, place in zip(paths, held):
-            os.mkdir(place)
-            mount(libc, path, place, None, MS_BIND | MS_REC)
+    for ancestor, inside in hidden.items():
         mount(libc, "tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1024,mode=0755")
-        for path, place in zip(paths, held):
-            way = ancestor
-            for part in path[len(ancestor) + 1:].split("/"):  # the way down, 0755 whatever the umask
-                way += "/" + part
-                if not os.path.isdir(way):
-                    os.mkdir(way)
-                    os.chmod(way, 0o755)
-            mount(libc, place, path, None, MS_BIND | MS_REC)
-            call(libc.umount2, place.encode(), MNT_DETACH)
+        for path in inside:
+            restore(libc, path, held[path])
         read_only(libc, ancestor)
 
 

@@ -7,7 +7,9 @@ minimal environment. The security boundary is the kernel:
   and pid namespaces (when the program ends, every process it left behind dies with the
   namespace), and its own mount namespace in which the host's filesystems are read-only and the
   working directory, /tmp, /var/tmp and /dev/shm are one fresh tmpfs of `SCRATCH_LIMIT` bytes
-  that vanishes with the run. Root unshares them directly; an ordinary user first enters a user
+  that vanishes with the run; what the program needs of the host (the interpreter and its import
+  path) is bound back read-only at its own paths where it lived under those directories or under
+  one the run's uid cannot enter. Root unshares them directly; an ordinary user first enters a user
   namespace mapping only itself. A kernel that refuses them leaves the limits below, and
   `missing_isolation` says why, logged once per process;
 - rlimits: address space (memory), CPU seconds, process count, file size, no core dumps;
@@ -52,6 +54,7 @@ SCRATCH_LIMIT = 64 * 2**20  # bytes in its working directory, /tmp, /var/tmp and
 SCRATCH_INODES = 8192  # files and directories there
 _CHILD = str(Path(__file__).with_name("_sandbox_child.py"))
 _UNREADABLE = "sandbox: the program's user cannot read"  # the child's refusal, before the program runs
+_BUG = "sandbox: bug:"  # the child's word for a failure of its own making (not the kernel's refusal)
 _MODULE_NAME = "program"  # `__name__` of a program not run as __main__
 _UID_BASE = 2_000_000_000  # per-run uids live far above any real account
 _UID_SLOTS = 256  # concurrent runs per host process
@@ -244,7 +247,8 @@ def run_program(source: str, *, timeout_s: float = 5.0, cpu_s: float | None = No
     `if __name__ == "__main__":` block is skipped), as lm-evaluation-harness's `code_eval` does.
     `cpu_s` defaults to the wall-clock timeout plus one second. Safe to call from many threads
     and processes at once. Raises RippleError (one line) when the sandbox's user could not import
-    the interpreter's standard library here, before any program runs.
+    the interpreter's standard library here, or the sandbox failed by a fault of its own, before
+    any program runs.
     """
     isolate = missing_isolation() is None
     refusal = _refusal(isolate)
@@ -264,9 +268,12 @@ def missing_isolation() -> str | None:
         if _MISSING is None:
             probe = _execute("pass", True, timeout_s=30.0, cpu_s=None, memory_mb=512, max_procs=32, output_cap=4096)
             error = probe.error or ""
-            if error.startswith(_UNREADABLE):  # isolation worked; what the program's user can read did not
+            # Isolation worked but what the program's user can read did not, or the sandbox made a
+            # mistake of its own: refuse (one line) rather than fall back to weaker isolation.
+            refused = error.startswith((_UNREADABLE, _BUG))
+            if refused:
                 _REFUSALS[True] = error
-            _MISSING = "" if probe.passed or error.startswith(_UNREADABLE) else (
+            _MISSING = "" if probe.passed or refused else (
                 error or "the isolated probe failed").removeprefix("sandbox: ")
             if _MISSING:
                 limits = "rlimits and a per-run uid" if os.geteuid() == 0 else "rlimits"
@@ -284,7 +291,7 @@ def _refusal(isolate: bool) -> str:
             probe = _execute("pass", isolate, timeout_s=30.0, cpu_s=None, memory_mb=512, max_procs=32,
                              output_cap=4096)
             error = probe.error or ""
-            _REFUSALS[isolate] = error if error.startswith(_UNREADABLE) else ""
+            _REFUSALS[isolate] = error if error.startswith((_UNREADABLE, _BUG)) else ""
     return _REFUSALS[isolate]
 
 

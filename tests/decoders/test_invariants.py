@@ -1,4 +1,8 @@
 """Properties every decoder must satisfy (DESIGN.md section 4), on a scripted model."""
+import json
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -40,7 +44,21 @@ DECODERS = [(name, {}) for name in names()] + [
     ("confidence", {"tau": "0.3"}), ("confidence", {"factor": "1.0"}),
     ("klass", {"tau": "0.2", "kappa": "50.0", "H": "1"}), ("eb_sampler", {"gamma": "3.0"}),
     ("wino", {"tau1": "0.2", "tau2": "0.95"}), ("lopa", {"tau": "0.5", "branches": "3"}),
-    ("rps", {"tau_pivot": "0.3", "pivot": "max_entropy"})]
+    ("rps", {"tau_pivot": "0.3", "pivot": "max_entropy"}),
+    ("dinfer_threshold", {"tau": "0.3"}), ("hierarchy", {"tau": "0.5", "low_tau": "0.1"}),
+    ("credit", {"tau": "0.3", "alpha": "1.5", "gamma": "0.5", "beta": "0.5"}),
+    ("pc_sampler", {"lambda": "0.5", "alpha": "2.0"}), ("dus", {"base": "2", "remask_tau": "0.3"}),
+    ("slow_fast", {"explore_steps": "2", "span_tau": "0.2", "fill_tau": "0.3"})]
+
+# data a decoder reads from files (PC-Sampler's token-frequency prior): one that fits every vocabulary here
+PRIOR = Path(tempfile.mkdtemp(prefix="ripple-prior-")) / "prior.json"
+PRIOR.write_text(json.dumps({"num_token": 1000, "p_baseline_dict": {str(i): 30 + i for i in range(3, 30)}}))
+DATA = {"pc_sampler": {"prior": str(PRIOR)}}
+
+
+def decoder(name, settings):
+    """`build`, with the data files a decoder needs when the settings name none."""
+    return build(name, {**DATA.get(name, {}), **settings})
 
 
 @pytest.mark.parametrize("shift", FAMILIES)
@@ -50,12 +68,12 @@ def test_invariants(name, settings, cache, shift):
     engine, model = _engine(shift=shift)
     events = []
     cfg = GenerationConfig(gen_length=12, block_length=4, cache=cache)
-    out = engine.generate([PROMPTS[0]], build(name, settings), cfg, trace=events.append)[0]
+    out = engine.generate([PROMPTS[0]], decoder(name, settings), cfg, trace=events.append)[0]
     if shift == "bc":  # prompt of 5: blocks from position 4, the first holding its last token; at most 4 blocks
         check_invariants(out, events, model.calls, blocks=None, block_length=4, shift=0, lead=1, max_blocks=4)
     else:
         check_invariants(out, events, model.calls, blocks=3, block_length=4, shift=shift)
-    again = _engine(shift=shift)[0].generate([PROMPTS[0]], build(name, settings), cfg)[0]
+    again = _engine(shift=shift)[0].generate([PROMPTS[0]], decoder(name, settings), cfg)[0]
     assert again.tokens == out.tokens and again.nfe == out.nfe  # deterministic
 
 
@@ -76,20 +94,25 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=MA
     assert out.nfe == calls  # NFE counts exactly the forwards run
     opens = [e for e in events if e["phase"] == "open"]
     steps = [e for e in events if e["phase"] == "step"]
+    fills = [e for e in events if e["phase"] == "fill"]  # blocks a decoder ended with masks (`Plan.defer`)
     # shifted families: the block opening commits the block's first position, nothing else does
     assert [[p for p, _ in e["committed"]] for e in opens] == ([[L * b] for b in range(blocks)] if shift else [])
-    for e in steps + opens:  # commits (and remasks) only inside the current block (never the prompt's tail)
+    for e in steps + opens + fills:  # commits (and remasks) only inside the current block (never the prompt's tail)
         for p in [p for p, _ in e["committed"]] + e.get("remasked", []):
             assert max(0, L * e["block"] - lead) <= p < L * (e["block"] + 1) - lead
+    assert len({e["block"] for e in fills}) == len(fills)  # at most one fill forward per block
     for b in range(blocks):  # progress: after t steps of a block at least t tokens net committed
+        if any(e["block"] == b for e in fills):
+            continue  # a fixed schedule that ended the block with masks (its positions were taken back)
         net = 0
         for t, e in enumerate([e for e in steps if e["block"] == b], 1):
             net += len(e["committed"]) - len(e.get("remasked", []))
             assert net >= t, e
     # no forward once a block is complete: one opening forward per block, then exactly one forward
-    # per step (and per shifted opening commit) except the one that completes the block
+    # per step (and per shifted opening commit) except the one that completes the block, plus one
+    # per block filled after the last
     run = [e for e in steps + opens if e["forward"] is not None]
-    assert out.nfe == blocks + len(run)
+    assert out.nfe == blocks + len(run) + len(fills)
     assert sum(e["forward"] is None for e in steps + opens) == blocks
 
 
@@ -99,8 +122,8 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=MA
 def test_batch_equals_single_runs(name, settings, cache, shift):
     cfg = GenerationConfig(gen_length=8, block_length=4, cache=cache)
     batch_engine, model = _engine(shift=shift)
-    batch = batch_engine.generate(PROMPTS, build(name, settings), cfg)
-    singles = [_engine(shift=shift)[0].generate([p], build(name, settings), cfg)[0] for p in PROMPTS]
+    batch = batch_engine.generate(PROMPTS, decoder(name, settings), cfg)
+    singles = [_engine(shift=shift)[0].generate([p], decoder(name, settings), cfg)[0] for p in PROMPTS]
     assert [b.tokens for b in batch] == [s.tokens for s in singles]
     assert [b.nfe for b in batch] == [s.nfe for s in singles]
     assert model.row_calls == sum(s.nfe for s in singles)  # a finished row is not forwarded
@@ -274,12 +297,12 @@ def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
     for p in prompts:
         eng, model = engine()
         events = []
-        out = eng.generate([p], build(name, settings), cfg, trace=events.append)[0]
+        out = eng.generate([p], decoder(name, settings), cfg, trace=events.append)[0]
         if tiny.model.block_causal:  # LLaDA2, SDAR: blocks from position 0, the prompt's tail in the first one
             check_invariants(out, events, model.calls, blocks=None, block_length=8, shift=0, mask=tiny.mask_id,
                              lead=len(p) % 8, max_blocks=3, eos=tiny.eos_ids)
         else:
             check_invariants(out, events, model.calls, blocks=2, block_length=8, shift=tiny.shift, mask=tiny.mask_id)
         singles.append(out)
-    batch = engine()[0].generate(prompts, build(name, settings), cfg)  # also: greedy decoding is deterministic
+    batch = engine()[0].generate(prompts, decoder(name, settings), cfg)  # also: greedy decoding is deterministic
     assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles]

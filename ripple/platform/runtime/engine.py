@@ -55,16 +55,17 @@ batch-equivalence check) also receives the tensors each decision reads, under th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
 
-from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Scheduler, greedy
+from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
 from ...errors import RippleError
 from .models.transformer import KVCache
 
 TraceFn = Callable[[dict[str, Any]], None]
+BLOCK_ALIGNS = ("response", "absolute")
 # observe(row, (block, step, phase), tensors): the logits a decision reads, before it is taken.
 # Tensors are live engine state: an observer that keeps them must copy them.
 ObserveFn = Callable[[int, tuple[int, int, str], dict[str, torch.Tensor]], None]
@@ -80,8 +81,16 @@ class GenerationConfig:
     # for a block-diffusion family (blocks aligned to position 0, the last decoded in full), whose
     # gen_length need not be a multiple of block_length, as its reference allows
     block_aligned: bool = False
+    # where blocks start: `response` (block b = response positions b*L..) or `absolute` (aligned to
+    # position 0 as dInfer runs LLaDA: the first block holds the prompt's tail, the last is shorter).
+    # Block-diffusion families are always aligned to 0.
+    block_align: str = "response"
 
     def __post_init__(self):
+        if self.block_align not in BLOCK_ALIGNS:
+            raise RippleError(f"unknown block alignment {self.block_align!r}; accepted: {', '.join(BLOCK_ALIGNS)}")
+        if self.block_align == "absolute":
+            object.__setattr__(self, "block_aligned", True)  # any gen_length: the last block is cut short
         if self.gen_length <= 0 or self.block_length <= 0:
             raise RippleError(f"gen_length and block_length must be positive, got {self.gen_length} and {self.block_length}")
         if self.gen_length % self.block_length and not self.block_aligned:
@@ -98,6 +107,13 @@ def _check_plan(dec: Scheduler, plan) -> None:
         raise RippleError(f"decoder {dec.name!r} asked for a shadow forward but does not declare uses_shadow")
     if len(plan.edit) and not dec.edits_tokens:
         raise RippleError(f"decoder {dec.name!r} planned token edits but does not declare edits_tokens")
+    if plan.defer and not dec.defers_masks:
+        raise RippleError(f"decoder {dec.name!r} ended a block with masks left but does not declare defers_masks")
+    if plan.extent is not None:
+        if not dec.shortens_canvas:
+            raise RippleError(f"decoder {dec.name!r} planned a shortened canvas but does not declare shortens_canvas")
+        if plan.variants is not None or plan.shadow:
+            raise RippleError(f"decoder {dec.name!r} planned a shortened canvas with extra segments")
 
 
 def _indivisible(gen_length: int, block_length: int) -> RippleError:
@@ -153,7 +169,7 @@ class Engine:
     """Runs any decoder with any cache policy on a model with the DiffusionTransformer forward."""
 
     def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
-                 max_positions: int | None = None, device: torch.device | str = "cpu"):
+                 max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None):
         if getattr(model, "noise", "mask") == "uniform":  # a family property (ripple/platform/runtime/models/family.py)
             raise RippleError(f"{getattr(model, 'family', 'this model')} is a uniform-noise (renoising) family; "
                               f"mask decoders cannot decode it")
@@ -170,11 +186,12 @@ class Engine:
         self.pad_id = int(pad_id)
         self.max_positions = max_positions
         self.device = torch.device(device)
+        self.model_dir = model_dir  # where decoders find data shipped with the model (RunShape)
 
     @classmethod
     def from_loaded(cls, lm) -> "Engine":
         return cls(lm.model, mask_id=lm.mask_id, eos_ids=lm.eos_ids, pad_id=lm.pad_id,
-                   max_positions=lm.max_positions, device=lm.device)
+                   max_positions=lm.max_positions, device=lm.device, model_dir=str(lm.path))
 
     # ------------------------------------------------------------------ generate
     @torch.inference_mode()
@@ -185,9 +202,11 @@ class Engine:
                 f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                 f"supported: {', '.join(decoder.supported_caches)}"
             )
-        if config.gen_length % config.block_length and not self.block_causal:
+        if config.gen_length % config.block_length and not (self.block_causal or config.block_align == "absolute"):
             raise _indivisible(config.gen_length, config.block_length)
         run = _Run(self, prompts, decoder, config, trace, observe)
+        decoder.prepare(RunShape(config.gen_length, config.block_length, tuple(run.n_blocks),
+                                 int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir))
         return run.execute()
 
     # ------------------------------------------------------------------ forwards
@@ -300,12 +319,12 @@ class _Run:
         if min(lens) < 1:
             raise RippleError("every prompt needs at least one token")
         L, G, B = cfg.block_length, cfg.gen_length, len(prompts)
-        if engine.block_causal:
+        if engine.block_causal or cfg.block_align == "absolute":
             # blocks aligned to position 0: left padding in whole blocks, so every row's first
             # decoded block (the one holding its prompt's end) sits at the same canvas columns
             first = max(n // L for n in lens)
             offs = [L * (first - n // L) for n in lens]
-            self.n_blocks = [-(-(n + G) // L) - n // L for n in lens]  # the last block in full
+            self.n_blocks = [-(-(n + G) // L) - n // L for n in lens]
             self.origin = first * L
         else:
             P = max(lens)
@@ -314,7 +333,13 @@ class _Run:
             self.origin = P
         self.starts = [o + n for o, n in zip(offs, lens)]  # canvas column of each row's response
         N = self.origin + max(self.n_blocks) * L
-        ends = [self.origin + nb * L for nb in self.n_blocks]  # past a row's last block: padding
+        # past a row's end: padding. A block-diffusion family decodes its last block in full; a
+        # full-attention family aligned to 0 cuts it at P + G (the canvas a full forward sees is P + G)
+        if engine.block_causal or cfg.block_align != "absolute":
+            ends = [self.origin + nb * L for nb in self.n_blocks]
+        else:
+            ends = [o + n + G for o, n in zip(offs, lens)]
+        self.ends = ends
         longest = max(e - o for e, o in zip(ends, offs))
         if engine.max_positions is not None and longest > engine.max_positions:
             n = max(lens)
@@ -349,6 +374,7 @@ class _Run:
         self.editing = decoder.edits_tokens and (decoder.may_edit or decoder.max_post_forwards > 0)
         self.sample_memory: list[dict] = [{} for _ in range(B)]  # decoder scratch per sample, across blocks
         self._finished = None  # block diffusion: (KV cache of the last opening, its rows' batch indices)
+        self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
 
     # one forward of `kind` over `rows` of the batch, counted for those rows
     def _count(self, rows: list[int], lookahead: bool = False) -> None:
@@ -375,6 +401,13 @@ class _Run:
                 self.t_end[r] = now
                 if stop_at_eos and not self.stopped[r] and self._first_eos(r, be) is not None:
                     self._stop(r, be)
+        if any(self.deferred):
+            self._fill_deferred()
+            synchronize(e.device)
+            now = time.perf_counter()
+            for r in range(self.B):
+                if self.deferred[r]:
+                    self.t_end[r] = now
         out = []
         for r in range(self.B):
             resp = self.canvas[r, self.starts[r]:self.starts[r] + cfg.gen_length].tolist()
@@ -444,10 +477,13 @@ class _Run:
         self._count(rows)
         states = {}
         for i, r in enumerate(rows):
-            st = BlockState(self.canvas[r, bs:be], logits[i, :L], e.mask_id, blk, self.sample_memory[r])
+            st = BlockState(self.canvas[r, bs:be], logits[i, :L], e.mask_id, blk, self.sample_memory[r],
+                            self.n_blocks[r])
             # a row's last block has no next block (in a batch its columns belong to longer rows)
             st.beyond = logits[i, L:] if nxt and blk + 1 < self.n_blocks[r] else None
             st.fixed[:max(0, self.starts[r] - bs)] = True  # the prompt's tail (block-aligned families)
+            st.fixed[max(0, self.ends[r] - bs):] = True  # past the row's end (a last block cut short)
+            st.response_offset = bs - self.starts[r]
             states[r] = st
         win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext, causal)
         if e.opening_commit:
@@ -458,7 +494,7 @@ class _Run:
         # distributions are fresh (a post forward's, or a lookahead's that filled the block)
         live = [r for r in rows if bool(states[r].masked.any())]
         while live:
-            groups: dict[tuple[bool, bool], list[int]] = {}  # (variants, shadow) -> rows
+            groups: dict[tuple[bool, bool, int], list[int]] = {}  # (variants, shadow, extent or -1) -> rows
             plans, stepping = {}, []
             for r in live:
                 st = states[r]
@@ -477,8 +513,11 @@ class _Run:
                 if cfg.eos_early_stop and not (self.editing and dec.may_edit):
                     self._early_stop(r, plan.commit, be)
                 plans[r] = plan
-                kind = (plan.variants is not None, plan.shadow)
-                go_on = bool(st.masked.any()) or (self.editing and self._post_forward(r, post, filling, edited))
+                kind = (plan.variants is not None, plan.shadow, -1 if plan.extent is None else plan.extent)
+                if plan.defer and bool(st.masked.any()):  # the block ends with masks: filled after the last block
+                    self.deferred[r].append(blk)
+                go_on = (bool(st.masked.any()) and not plan.defer) or (
+                    self.editing and self._post_forward(r, post, filling, edited))
                 self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if go_on else None,
                            remask=plan.remask, edited=edited, phase="step" if filling else "post")
                 st.step += 1
@@ -488,6 +527,32 @@ class _Run:
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
                 self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
             live = stepping
+
+    def _fill_deferred(self) -> None:
+        """Blocks a decoder ended with masks left (`Plan.defer`, DUS's remasks), in block order: one
+        forward each over the finished canvas (no cache: every key is fresh), whose top-1 tokens other
+        than the mask id fill the block's masks. Later blocks decoded with those masks in place, as
+        the reference did; the invariant that no mask is left holds at the end."""
+        e, L, s = self.e, self.cfg.block_length, self.e.shift
+        causal = L if e.block_causal else None
+        for blk in sorted({b for blocks in self.deferred for b in blocks}):
+            rows = [r for r in range(self.B) if blk in self.deferred[r]]
+            bs = self.origin + blk * L
+            be = bs + L
+            ext = be if e.block_causal else self.N
+            sub = self._rows(rows)
+            want = torch.arange(L, device=e.device) + bs - s
+            logits = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), None, 0, ext, bs, be,
+                                      None, want, extent=ext, block=causal)  # [G, L, V]
+            self._count(rows)
+            for i, r in enumerate(rows):
+                st = BlockState(self.canvas[r, bs:be], logits[i], e.mask_id, blk, self.sample_memory[r],
+                                self.n_blocks[r])
+                tokens, _ = greedy(st)  # [L], never the mask id
+                pos = st.masked.nonzero().squeeze(-1)
+                commit = Commit(pos, tokens[pos])
+                self._apply(r, st, commit, None, None)
+                self._emit(r, blk, st, commit, {}, None, phase="fill")
 
     def _post_forward(self, r: int, post: dict, filling: bool, edited: list) -> bool:
         """Token editing: after a step that left row r's block without masks, whether to run a post
@@ -515,16 +580,21 @@ class _Run:
             if still:
                 group.append(r)
         if group:
-            self._forward(group, (False, False), states, {}, kv, rows, win, blk)
+            self._forward(group, (False, False, -1), states, {}, kv, rows, win, blk)
 
     def _forward(self, group: list[int], kind: tuple[bool, bool], states, plans, kv, rows, win: _Window, blk: int):
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
         e, L, s = self.e, self.cfg.block_length, self.e.shift
-        looks, shadow = kind
+        looks, shadow, cut = kind
         pick = self._rows(group)
         if kv is not None and len(group) != len(rows):
             kv = kv.select(torch.tensor([win.row_pos[r] for r in group], device=e.device))
+        if cut >= 0:  # a shortened canvas (`Plan.extent`): columns [0, lo + cut); nothing after it exists
+            end = min(win.extent if win.extent is not None else self.N, win.lo + cut)
+            win = replace(win, w1=min(win.w1, end), extent=end, next=False)
+            kv = kv.truncate(end) if kv is not None else None
         Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
+        n_out = min(n, (win.extent if win.extent is not None else self.N) - win.lo)  # block rows computed
         variants, m = None, 0
         if looks:
             m = max(plans[r].variants.shape[0] for r in group)
@@ -537,7 +607,7 @@ class _Run:
             variants = torch.stack(var)  # [G, m, L]
         ar = lambda k: torch.arange(k, device=e.device)  # noqa: E731
         # the prediction for block position j (>= s) sits at row j - s of the block and of each copy of it
-        out_rows = [ar(n) + win.lo - win.w0]
+        out_rows = [ar(n_out) + win.lo - win.w0]
         if m:
             out_rows.append((Tw + ar(m)[:, None] * L + ar(n)[None]).reshape(-1))
         if shadow:
@@ -556,16 +626,16 @@ class _Run:
         for i, r in enumerate(group):
             st, plan, o = states[r], plans.get(r), out[i]
             head = st.logits[:s]  # [s, V] positions committed at the opening keep that forward's rows
-            v1 = (1 + m) * n  # o: block rows [0, n), variant rows [n, v1), shadow rows, next-block rows
+            v1 = n_out + m * n  # o: block rows [0, n_out), variant rows [n_out, v1), shadow rows, next-block rows
             sh1 = v1 + (n if shadow else 0)
             st.shadow = torch.cat((head, o[v1:sh1])) if shadow else None
             st.beyond = o[sh1:sh1 + L] if win.next and st.block_index + 1 < self.n_blocks[r] else None
-            anchor = torch.cat((head, o[:n]))  # [L, V]
+            anchor = torch.cat((head, o[:n_out], st.logits[s + n_out:]))  # [L, V]; rows past a cut keep theirs
             if not looks:
                 st.logits = anchor
                 continue
             m_r = plan.variants.shape[0]
-            var = o[n:v1].reshape(m, n, -1)[:m_r]  # [m_r, n, V]
+            var = o[n_out:v1].reshape(m, n, -1)[:m_r]  # [m_r, n, V]
             var = torch.cat((head[None].expand(m_r, s, -1), var), dim=1)  # [m_r, L, V]
             if self.observe is not None:
                 self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
@@ -628,10 +698,10 @@ class _Run:
         if self.trace is None:
             return
         offset = self.origin + blk * self.cfg.block_length - self.starts[r]  # positions from the response start
-        event = {
-            "sample": r, "block": blk, "step": st.step, "phase": phase,
+        event = {  # a decoder's own info never overrides the engine's keys
+            **info, "sample": r, "block": blk, "step": st.step, "phase": phase,
             "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
-            "forward": forward, **info,
+            "forward": forward,
         }
         if remask is not None and remask.numel():
             event["remasked"] = [offset + int(p) for p in remask.tolist()]
@@ -654,6 +724,6 @@ class _Window:
     causal: int | None = None  # block length of block-causal attention (None: bidirectional)
 
 
-def _forward_label(kind: tuple[bool, bool]) -> str:
-    looks, shadow = kind
+def _forward_label(kind: tuple[bool, bool, int]) -> str:
+    looks, shadow, _ = kind
     return ("lookahead+shadow" if shadow else "lookahead") if looks else ("shadow" if shadow else "normal")
