@@ -84,6 +84,12 @@ examples:
   ripple analyze --model ripple-tiny --task pyfunc --oracle reference --out docs/figures/pyfunc
   ripple analyze --model GSAI-ML/LLaDA-8B-Instruct --task gsm8k --chat --gen-length 256 \\
       --block-length 32 --limit 50 --dtype bfloat16 --device cuda""",
+    "prior": """examples:
+  ripple prior --model ripple-tiny --task arith --task pyfunc --task freefunc --text both --limit 2000 \
+      --out priors/ripple-tiny.json
+  ripple prior --model GSAI-ML/LLaDA-8B-Instruct --jsonl data/gsm8k.jsonl --field question --out priors/llada.json
+  ripple generate --model ripple-tiny --prompt "12+7=" --decoder pc_sampler --set prior=priors/ripple-tiny.json \
+      --gen-length 48 --block-length 16""",
 }
 
 
@@ -527,6 +533,62 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prior(args: argparse.Namespace) -> int:
+    """PC-Sampler's token-frequency prior: every token of the texts, counted with the model's tokenizer."""
+    from .decoders.pc_sampler import count_prior
+    from .platform.runtime.loading import load_tokenizer, read_config, resolve_model_dir
+
+    if args.limit is not None and args.limit < 1:
+        raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
+    path = resolve_model_dir(args.model)
+    tok = load_tokenizer(path)
+    if tok is None:
+        raise RippleError(f"model {args.model!r} has no tokenizer files; a prior counts the tokenizer's ids")
+    cfg = read_config(path)
+    vocab = int(cfg.get("vocab_size") or cfg.get("embedding_size") or len(tok))
+    if args.jsonl:
+        texts = _jsonl_texts(args.jsonl, args.field, args.limit)
+        source = f"{Path(args.jsonl).name}:{args.field}"
+    else:
+        from .tasks import get_task
+
+        fields = {"prompt": ("prompt",), "reference": ("reference",), "both": ("prompt", "reference")}[args.text]
+        texts = []
+        for name in args.task:
+            task = get_task(name, data_dir=args.data_dir)
+            texts += [getattr(ex, f) for ex in task.examples(args.split, args.limit) for f in fields]
+        source = f"tasks {', '.join(args.task)} ({args.split}, {args.text})"
+    prior = count_prior((tok(t, add_special_tokens=False)["input_ids"] for t in texts), vocab, source)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(prior, indent=1) + "\n")
+    print(f"{out}: {prior['num_token']} tokens of {len(texts)} texts, {len(prior['p_baseline_dict'])} distinct ids "
+          f"of {vocab}")
+    return 0
+
+
+def _jsonl_texts(path: str, field: str, limit: int | None) -> list[str]:
+    """The `field` of each line of a JSON-lines file (the authors count GSM8K's `question`)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise RippleError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    texts = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise RippleError(f"{path} line {n} is not JSON") from None
+        if not isinstance(row, dict) or not isinstance(row.get(field), str):
+            raise RippleError(f"{path} line {n} has no text field {field!r}")
+        texts.append(row[field])
+        if limit is not None and len(texts) >= limit:
+            break
+    return texts
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ripple", description="Benchmark and sweep parallel decoders of diffusion LMs.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
@@ -672,6 +734,21 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--batch-size", type=int, default=32, help="rows per forward when probing a block state")
     an.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     an.set_defaults(func=cmd_analyze)
+
+    pr = sub.add_parser("prior", help="PC-Sampler's token-frequency prior from a task's or a file's text",
+                        epilog=_EPILOG["prior"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    pr.add_argument("--model", required=True, help="the model whose tokenizer counts (folder, hub id or embedded name)")
+    src = pr.add_mutually_exclusive_group(required=True)
+    src.add_argument("--task", action="append", help="a task whose examples' text is counted (repeatable)")
+    src.add_argument("--jsonl", metavar="JSONL", help="a JSON-lines file whose --field is counted")
+    pr.add_argument("--field", default="question", help="the JSON-lines field (default: question, as the authors)")
+    pr.add_argument("--split", default="train", help="the tasks' split (default: train)")
+    pr.add_argument("--text", default="prompt", choices=("prompt", "reference", "both"),
+                    help="what of each task example is counted (default: prompt, the authors' question)")
+    pr.add_argument("--limit", type=int, default=None, help="the first N examples of each task or lines of the file")
+    pr.add_argument("--data-dir", default=None, help="local benchmark data (default: $RIPPLE_DATA_DIR, else the hub)")
+    pr.add_argument("--out", required=True, metavar=FILE, help="where to write the prior (JSON)")
+    pr.set_defaults(func=cmd_prior)
 
     d = sub.add_parser("demo", help="every decoder on ripple-tiny's two tasks, one comparison table")
     d.add_argument("--model", default="ripple-tiny")

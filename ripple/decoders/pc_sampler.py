@@ -77,6 +77,21 @@ def load_prior(path: str, vocab_size: int) -> torch.Tensor:
     return f
 
 
+def count_prior(token_lists, vocab_size: int, source: str = "") -> dict:
+    """The authors' prior from tokenised texts (their calculate_p_baseline.py: every token of every text
+    counted), in the JSON their `load_baseline` reads, plus the vocabulary size it was built for."""
+    counts: dict[int, int] = {}
+    total = 0
+    for ids in token_lists:
+        for i in ids:
+            counts[i] = counts.get(i, 0) + 1
+        total += len(ids)
+    if total == 0:
+        raise RippleError("no tokens to count: the prior's texts are empty")
+    return {"num_token": total, "p_baseline_dict": {str(i): counts[i] for i in sorted(counts)},
+            "vocab_size": vocab_size, "source": source}
+
+
 @register
 class PCSampler(Scheduler):
     name = "pc_sampler"

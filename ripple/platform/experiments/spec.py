@@ -38,8 +38,8 @@ from .store import ADDED_COLUMNS, ADDED_SETTINGS, DecodeSettings, check_name, du
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
-            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "data_dir", "workers",
-            "batch_size")
+            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align", "data_dir",
+            "workers", "batch_size")
 DECODER_KEYS = ("name", "params", "task_params", "models")
 TASK_KEYS = ("limit",)  # plus the task's own options (`Task.options`)
 WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
@@ -370,19 +370,20 @@ class SpecParser:
         chat, chat_form = self.chat(raw.get("chat", False))
         stop = self.flag(raw.get("stop_at_eos", False), "stop_at_eos")
         early = self.flag(raw.get("eos_early_stop", False), "eos_early_stop")
+        align = self.block_align(raw.get("block_align", "response"))
         data_dir = raw.get("data_dir")
         if data_dir is not None and not isinstance(data_dir, str):
             raise self.fail(f"'data_dir' takes a directory path, got {data_dir!r}")
         description = raw.get("description", "")
         if not isinstance(description, str):
             raise self.fail("'description' takes a string")
-        self.lengths(gens, blocks)
+        self.lengths(gens, blocks, align)
         for name, _, _ in decoders:
             self.decoder_caches(name, caches)
         cells = tuple(
             Cell(model=model, task=task, decoder=name, params=params, limit=limit, gen_length=gen, block_length=block,
                  cache=cache, seed=seed, dtype=dtype, chat=chat, chat_form=chat_form, split=split, stop_at_eos=stop,
-                 eos_early_stop=early, task_options=options)
+                 eos_early_stop=early, task_options=options, block_align=align)
             for model, (task, limit, options), (name, per_task, only) in itertools.product(models, tasks, decoders)
             if only is None or model in only
             for params, gen, block, cache, seed in itertools.product(per_task[task], gens, blocks, caches, seeds)
@@ -540,14 +541,21 @@ class SpecParser:
             if cache not in supported:
                 raise self.fail(f"decoder {name!r} does not support cache {cache!r}; supported: {', '.join(supported)}")
 
-    def lengths(self, gens: list[int], blocks: list[int]) -> None:
+    def lengths(self, gens: list[int], blocks: list[int], align: str = "response") -> None:
         from ..runtime.engine import GenerationConfig
 
         for gen, block in itertools.product(gens, blocks):
             try:
-                GenerationConfig(gen, block)
+                GenerationConfig(gen, block, block_align=align)
             except RippleError as exc:
                 raise self.fail(str(exc)) from None
+
+    def block_align(self, value: Any) -> str:
+        from ..runtime.engine import BLOCK_ALIGNS
+
+        if value not in BLOCK_ALIGNS:
+            raise self.fail(f"'block_align' takes one of {', '.join(BLOCK_ALIGNS)}, got {value!r}")
+        return value
 
     def workers(self, value: Any) -> WorkerSpec:
         if not isinstance(value, dict):

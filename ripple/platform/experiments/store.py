@@ -81,6 +81,9 @@ class DecodeSettings:
     # JSON of the task's constructor options set by the spec (a code task's sandbox limits), sorted;
     # "{}" = the task's defaults, what every record before the key existed used (left out of ids)
     task_options: str = "{}"
+    # where blocks start (engine.BLOCK_ALIGNS): `response` is what every record before the key meant
+    # (left out of ids); `absolute` aligns a full-attention family's blocks to position 0 as dInfer does
+    block_align: str = "response"
 
     def decode_settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(DecodeSettings)}
@@ -149,7 +152,7 @@ KEY = ["cell_id", "sample_id"]
 # columns added after stores were first written, with the value a record written before them means
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
                                  "eos_early_stop": False, "chat_form": "singleturn",
-                                 "task_options": "{}"}
+                                 "task_options": "{}", "block_align": "response"}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 

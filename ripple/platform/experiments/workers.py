@@ -156,7 +156,8 @@ class SampleWorker:
             if cell.model != self.lm.name:
                 raise RippleError(f"worker holds model {self.lm.name!r}, sample needs {cell.model!r}")
             decoder = build(cell.decoder, {k: str(v) for k, v in cell.params})
-            config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop)
+            config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop,
+                                      block_align=cell.block_align)
             with self._decode:
                 task = self._task(cell.task, cell.task_options)
                 torch.manual_seed(cell.seed)

@@ -13,6 +13,8 @@ from ripple.tasks import task_names
 BENCHMARKS = ["gsm8k", "math500", "humaneval", "mbpp"]
 PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
 PAPER_DECODERS = ["default", "confidence", "klass", "eb_sampler", "wino", "lopa", "rps"]  # the paper's seven
+DEMO_DECODERS = PAPER_DECODERS + ["sequential"]  # the demo's (the field's newer ones: `ripple grid field`)
+FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus", "slow_fast"]
 
 
 def test_every_shipped_spec_validates():
@@ -28,14 +30,14 @@ def test_shipped_specs_have_the_issue_contents():
     demo = load_spec("demo")
     models = {"ripple-tiny", "ripple-tiny-bd"}
     assert {c.model for c in demo.cells} == models and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
-    for model in models:  # every decoder on both embedded models
-        assert sorted({c.decoder for c in demo.cells if c.model == model}) == sorted(names())
+    for model in models:  # the paper's decoders and sequential on both embedded models
+        assert sorted({c.decoder for c in demo.cells if c.model == model}) == sorted(DEMO_DECODERS)
     # plus LLaDA2.1's Quality and Speedy editing on ripple-tiny-bd
     editing = {(c.model, c.task, dict(c.params)["tau"], dict(c.params)["edit_tau"], dict(c.params)["max_post_steps"])
                for c in demo.cells if c.decoder == "confidence" and dict(c.params)["edit_tau"] < 1}
     assert editing == {("ripple-tiny-bd", t, *s) for t in ("arith", "pyfunc", "freefunc")
                        for s in ((0.7, 0.5, 16), (0.5, 0.0, 16))}
-    assert len(demo.cells) == 3 * len(names()) * 2 + 6
+    assert len(demo.cells) == 3 * len(DEMO_DECODERS) * 2 + 6
     ablation = load_spec("rps-ablation")
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
@@ -235,7 +237,7 @@ def test_batch_size_is_a_spec_key_and_a_flag_but_no_part_of_any_cell_id(tmp_path
 
 
 def test_settings_added_later_keep_earlier_cell_ids():
-    """A cell at eos_early_stop off, the task's own options, and confidence steps 0, k 1, edit_tau 1.0 and max_post_steps 0 hashes as
+    """A cell at eos_early_stop off, block_align response, the task's own options, and confidence steps 0, k 1, edit_tau 1.0 and max_post_steps 0 hashes as
     before those settings existed, so stores written before them resume; turning one on makes a new cell."""
     import hashlib
 
@@ -246,16 +248,22 @@ def test_settings_added_later_keep_earlier_cell_ids():
 
     spec = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")), "t")
     cell = spec.cells[0]
-    before = {k: v for k, v in cell.settings.items() if k not in ("eos_early_stop", "chat_form", "task_options")}
+    before = {k: v for k, v in cell.settings.items()
+              if k not in ("eos_early_stop", "chat_form", "task_options", "block_align")}
     before["params"] = {k: v for k, v in before["params"].items()  # steps, k, edit_tau, max_post_steps came later
                         if k not in ("steps", "k", "edit_tau", "max_post_steps")}
     assert cell.cell_id == hashlib.sha256(dumps(before).encode()).hexdigest()[:16]
     early = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")
                                       + "eos_early_stop: true\n"), "t").cells[0]
     stepped = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[{name: confidence, params: {steps: 4}}]")), "t").cells[0]
-    assert early.eos_early_stop and len({cell.cell_id, early.cell_id, stepped.cell_id}) == 3
+    aligned = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]") + "block_align: absolute\n"),
+                         "t").cells[0]
+    assert early.eos_early_stop and len({cell.cell_id, early.cell_id, stepped.cell_id, aligned.cell_id}) == 4
+    assert aligned.block_align == "absolute" and cell.block_align == "response"
     with pytest.raises(RippleError, match="eos_early_stop"):
         parse_spec(yaml.safe_load(GOOD + "eos_early_stop: maybe\n"), "t")
+    with pytest.raises(RippleError, match="'block_align' takes one of response, absolute, got 'start'"):
+        parse_spec(yaml.safe_load(GOOD + "block_align: start\n"), "t")
 
 
 def test_shipped_grids_keep_their_cell_ids():
