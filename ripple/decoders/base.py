@@ -234,6 +234,14 @@ def greedy(state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, conf
 
 
+def most_confident(state: BlockState) -> Commit:
+    """The single most confident masked position with its top-1 token other than the mask id: the
+    fallback that keeps a block moving where a reference rule would commit nothing or the mask id."""
+    tokens, conf = greedy(state)
+    at = top1_index(conf)
+    return Commit(torch.tensor([at], device=tokens.device), tokens[at:at + 1])
+
+
 def top1(state: BlockState) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-1 token other than the mask id [L] and its float64 probability [L], at every position."""
     logits = state.logits.clone()

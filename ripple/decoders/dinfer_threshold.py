@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import BlockState, Commit, Plan, Scheduler, argmax_probs, greedy, top1_index
+from .base import BlockState, Commit, Plan, Scheduler, argmax_probs, most_confident
 from .params import HyperParams, hp
 from .registry import register
 
@@ -46,9 +46,7 @@ def threshold_rule(logits: torch.Tensor, masked: torch.Tensor, mask_id: int, tau
 def commit_or_greedy(state: BlockState, chosen: torch.Tensor, x0: torch.Tensor) -> Commit:
     """The chosen positions' x0, or (none chosen) the most confident non-mask token: a block always ends."""
     if not bool(chosen.any()):
-        tokens, conf = greedy(state)
-        at = top1_index(conf)
-        return Commit(torch.tensor([at]), tokens[at:at + 1])
+        return most_confident(state)
     pos = chosen.nonzero().squeeze(-1)
     return Commit(pos, x0[pos])
 

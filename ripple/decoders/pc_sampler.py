@@ -9,7 +9,8 @@ from the block start (the positional term restarts every block), p the softmax p
 calibration rewards tokens a reference corpus lacks, against the trivial tokens a dLLM's confidence
 favours. The prior is data (`prior=PATH`, the authors' JSON: {"num_token": N, "p_baseline_dict":
 {id: count}}; f = count / N, absent ids 1 / N, float32); by default the one shipped with the model
-(`pc_sampler_prior.json` in its folder), built by `ripple prior`.
+(`pc_sampler_prior.json` in its folder), built by `ripple prior`. A model that ships none is
+calibrated with a uniform prior (f = 1 / V: the position-aware rule alone), and one warning says so.
 
 Departures: a position whose x0 is the mask id stays masked in the reference and still takes its
 share of the quota; Ripple takes the quota from the other positions (and, if none is left, commits
@@ -20,7 +21,7 @@ quota fills it on its last step, as at the defaults).
 from __future__ import annotations
 
 import json
-import math
+import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,7 +29,7 @@ from pathlib import Path
 import torch
 
 from ..errors import RippleError
-from .base import BlockState, Commit, Plan, RunShape, Scheduler, greedy, top1_index
+from .base import BlockState, Commit, Plan, RunShape, Scheduler, most_confident
 from .params import HyperParams, hp, text
 from .registry import register
 
@@ -45,6 +46,14 @@ class PCSamplerParams(HyperParams):
     steps: int = hp(0, 0, None, doc="forwards in all, divided evenly among the blocks (0: block_length per block, "
                     "one token per step)")
     prior: str = text("", doc="token-frequency prior (the authors' JSON); empty: the model's pc_sampler_prior.json")
+
+
+@lru_cache(maxsize=None)
+def _warn_uniform(model: str) -> None:
+    """Once per model and process."""
+    logging.getLogger(__name__).warning(
+        "pc_sampler: %s ships no %s; calibrating with a uniform prior (build one with `ripple prior` and pass "
+        "--set prior=PATH)", model, PRIOR_FILE)
 
 
 @lru_cache(maxsize=8)
@@ -105,15 +114,18 @@ class PCSampler(Scheduler):
                 raise RippleError(f"pc_sampler steps={steps} must be a multiple of the number of blocks ({n}: "
                                   f"gen_length {shape.gen_length}, block_length {shape.block_length})")
         # the run's prior (configuration, not sample state: every generate call sets it anew)
-        self._prior = load_prior(self._prior_path(shape), shape.vocab_size)
+        path = self._prior_path(shape)
+        self._prior = load_prior(path, shape.vocab_size) if path else torch.full(
+            (shape.vocab_size,), 1.0 / shape.vocab_size, dtype=torch.float32)
 
-    def _prior_path(self, shape: RunShape) -> str:
+    def _prior_path(self, shape: RunShape) -> str | None:
+        """The prior file to read, or None: the model ships none and no path was given."""
         if self.params.prior:
             return self.params.prior
         if shape.model_dir and (Path(shape.model_dir) / PRIOR_FILE).is_file():
             return str(Path(shape.model_dir) / PRIOR_FILE)
-        raise RippleError(f"pc_sampler needs a token-frequency prior: this model ships no {PRIOR_FILE}; "
-                          "build one with `ripple prior` and pass --set prior=PATH")
+        _warn_uniform(shape.model_dir or "this model")
+        return None
 
     def step(self, state: BlockState) -> Plan:
         L = state.tokens.shape[0]
@@ -133,8 +145,6 @@ class PCSampler(Scheduler):
         cand = state.masked & (x0 != state.mask_id)
         score = torch.where(cand, decay * calibrated, torch.full_like(calibrated, float("-inf")))
         if not bool(cand.any()):  # every masked x0 is the mask id: one other token, so the block ends
-            tokens, conf = greedy(state)
-            at = top1_index(conf)
-            return Plan(Commit(torch.tensor([at]), tokens[at:at + 1]))
+            return Plan(most_confident(state))
         pos = torch.topk(score, min(k, int(cand.sum()))).indices.sort().values  # written in position order
         return Plan(Commit(pos, x0[pos]))

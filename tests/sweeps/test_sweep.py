@@ -176,3 +176,38 @@ def test_a_sweep_refuses_samples_of_other_weights_before_ray_starts(tmp_path, mo
     with pytest.raises(RippleError, match=r"holds 1 samples of ripple-tiny decoded by other weights \(000000000000; "
                                           r"ripple-tiny is now [0-9a-f]{12}\): give a new --experiment"):
         run_sweep(spec, tmp_path, track=False, progress=False)
+
+
+FIELD = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus", "slow_fast"]
+
+
+def _two_trial_spec(name):
+    return parse_sweep_spec({"model": "ripple-tiny", "tasks": {"arith": {"limit": 1}}, "decoder": name,
+                             "search": "random", "num_samples": 2, "metric": "accuracy", "baseline": False,
+                             "gen_length": 48, "block_length": 16, "dtype": "float32", "seed": 5}, f"{name}.yaml")
+
+
+@pytest.mark.parametrize("name", FIELD)
+def test_each_field_decoder_gets_its_tune_space_from_its_dataclass(name):
+    """The two-trial spec of every new decoder: its space is the dataclass's `search=` ranges, and
+    configurations Tune draws from it are values the decoder accepts."""
+    from ripple.decoders import get
+
+    spec = _two_trial_spec(name)
+    fields = get(name).Params.fields_by_name()
+    declared = {n for n, f in fields.items() if f.metadata.get("search")}
+    assert declared and {d.name for d in spec.space.dims} == declared and spec.num_samples == 2
+    space = spec.space.param_space("random")
+    for draw in range(2):
+        config = {key: domain.sample(random_state=draw) for key, domain in space.items()}
+        params = spec.space.params_for(config).to_dict()
+        for key in declared:
+            lo, hi = fields[key].metadata["search"]
+            assert lo <= params[key] <= hi, (name, key, params)
+
+
+def test_a_field_decoder_sweeps_through_tune_and_the_shared_workers(ray_local, tmp_path):
+    """PC-Sampler's two-trial sweep for real: its prior is the model's shipped one, read on the workers."""
+    run = run_sweep(_two_trial_spec("pc_sampler"), tmp_path / "store", track=False, progress=False)
+    assert len(run.trials) == 2 and all(t.agg and t.agg.n == 1 for t in run.trials)
+    assert len({dict(t.params)["lambda"] for t in run.trials}) == 2
