@@ -35,3 +35,19 @@ def build(name: str, settings: dict[str, str] | None = None) -> Scheduler:
     """A decoder from its name and `--set` strings."""
     cls = get(name)
     return cls(cls.Params.from_strings(name, settings or {}))
+
+
+def decoders_for(noise: str) -> list[str]:
+    """Registered decoders that decode `noise` families ("mask" or "uniform"), in display order."""
+    return [n for n in names() if _REGISTRY[n].noise == noise]
+
+
+def check_noise(decoder: str, family: str, noise: str) -> None:
+    """Refuse, in one line naming what the model needs, a decoder made for another kind of family
+    (a mask decoder on a uniform-noise family, a renoising decoder on a mask family)."""
+    own = get(decoder).noise
+    if own == noise:
+        return
+    fitting = ", ".join(decoders_for(noise)) or "none registered"
+    raise RippleError(f"decoder {decoder!r} decodes {own}-noise families; {family} is a {noise}-noise family: "
+                      f"use a {noise}-noise decoder ({fitting})")

@@ -107,6 +107,8 @@ def _check_plan(dec: Scheduler, plan) -> None:
         raise RippleError(f"decoder {dec.name!r} asked for a shadow forward but does not declare uses_shadow")
     if len(plan.edit) and not dec.edits_tokens:
         raise RippleError(f"decoder {dec.name!r} planned token edits but does not declare edits_tokens")
+    if plan.sample is not None or plan.keep is not None or plan.carry is not None or plan.end:
+        raise RippleError(f"decoder {dec.name!r} planned a renoising step on a mask-noise family")
     if plan.defer and not dec.defers_masks:
         raise RippleError(f"decoder {dec.name!r} ended a block with masks left but does not declare defers_masks")
     if plan.extent is not None:
@@ -131,6 +133,7 @@ class SampleOutput:
     generated_tokens: int  # response tokens before the first end-of-sequence id
     gen_length: int
     edits: int = 0  # tokens rewritten by token editing (decoders that declare `edits_tokens`)
+    encoder_nfe: int = 0  # of `nfe`, encoder passes (a uniform-noise family: prompt and emitted canvases)
 
     @property
     def tps(self) -> float:
@@ -170,10 +173,10 @@ class Engine:
 
     def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
                  max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None):
-        if getattr(model, "noise", "mask") == "uniform":  # a family property (ripple/platform/runtime/models/family.py)
-            raise RippleError(f"{getattr(model, 'family', 'this model')} is a uniform-noise (renoising) family; "
-                              f"mask decoders cannot decode it")
         self.model = model
+        # the kind of family (ripple/platform/runtime/models/family.py): a decoder must declare the same
+        self.noise = str(getattr(model, "noise", "mask"))
+        self.family = str(getattr(model, "family", "this model"))
         self.shift = int(getattr(model, "shift", 0))
         # a shifted family must commit the block's first position at the opening (module docstring)
         self.opening_commit = bool(getattr(model, "opening_commit", self.shift > 0))
@@ -181,7 +184,9 @@ class Engine:
             raise RippleError(f"logit shift {self.shift} needs a model family with opening_commit; supported shifts: 0, 1")
         self.block_causal = bool(getattr(model, "block_causal", False))  # block diffusion (module docstring)
         self.stops_at_eos = bool(getattr(model, "stops_at_eos", False))
-        self.mask_id = int(mask_id)
+        if mask_id is None and self.noise == "mask":
+            raise RippleError(f"{self.family} is a mask-noise family but no mask id was given")
+        self.mask_id = -1 if mask_id is None else int(mask_id)  # -1: a uniform-noise family has none
         self.eos_ids = tuple(int(e) for e in eos_ids)
         self.pad_id = int(pad_id)
         self.max_positions = max_positions
@@ -196,12 +201,28 @@ class Engine:
     # ------------------------------------------------------------------ generate
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], decoder: Scheduler, config: GenerationConfig,
-                 trace: TraceFn | None = None, observe: ObserveFn | None = None) -> list[SampleOutput]:
+                 trace: TraceFn | None = None, observe: ObserveFn | None = None,
+                 seeds: Sequence[int] | None = None) -> list[SampleOutput]:
+        """Decode each prompt. `seeds`: one per prompt (default 0), the seed of the sample's own random
+        generator; only decoders that sample draw from it (renoising), greedy ones ignore it."""
+        from ...decoders.registry import check_noise
+
+        check_noise(decoder.name, self.family, self.noise)
         if config.cache not in decoder.supported_caches:
             raise RippleError(
                 f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                 f"supported: {', '.join(decoder.supported_caches)}"
             )
+        if self.noise == "uniform":  # renoising: whole canvases of block_length (ripple/platform/runtime/renoising.py)
+            from .renoising import RenoisingRun
+
+            if decoder.max_canvas_forwards < 1:
+                raise RippleError(f"decoder {decoder.name!r} declares no bound on a canvas's forwards")
+            seeds = [0] * len(prompts) if seeds is None else list(seeds)
+            canvases = -(-config.gen_length // config.block_length)
+            decoder.prepare(RunShape(config.gen_length, config.block_length, (canvases,) * len(prompts),
+                                     int(self.model.vocab_size), self.mask_id, self.model_dir))
+            return RenoisingRun(self, prompts, decoder, config, seeds, trace, observe).execute()
         if config.gen_length % config.block_length and not (self.block_causal or config.block_align == "absolute"):
             raise _indivisible(config.gen_length, config.block_length)
         run = _Run(self, prompts, decoder, config, trace, observe)

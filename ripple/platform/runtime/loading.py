@@ -354,10 +354,29 @@ def special_ids(cfg: dict, path: Path, tokenizer, needs_mask: bool = True) -> tu
 
 def block_aligned(name: str, gen_length: int, block_length: int) -> bool:
     """Whether a gen_length that is no multiple of block_length is fine for this model: a block-diffusion
-    family's (read from config.json before any weights load; only asked when they do not divide)."""
+    family's, or a uniform-noise family's, which decodes whole canvases (read from config.json before any
+    weights load; only asked when they do not divide)."""
     if block_length <= 0 or gen_length % block_length == 0:
         return False
-    return get_family(read_config(resolve_model_dir(name))["model_type"]).block_causal
+    family = get_family(read_config(resolve_model_dir(name))["model_type"])
+    return family.block_causal or family.noise == "uniform"
+
+
+def config_noise(name: str) -> tuple[str, str]:
+    """(family name, its noise) from config.json's model_type, read before any weights load."""
+    family = get_family(read_config(resolve_model_dir(name))["model_type"])
+    return family.name, family.noise
+
+
+def generation_defaults(name: str) -> dict:
+    """The model's generation_config.json ({} when it has none), read before any weights load."""
+    path = resolve_model_dir(name) / "generation_config.json"
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise RippleError(f"checkpoint {path.parent}: generation_config.json is not valid JSON") from None
 
 
 def config_mask_id(name: str) -> int | None:
@@ -381,6 +400,8 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedMo
     model.eval().requires_grad_(False)
     tokenizer = load_tokenizer(path)
     mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask")
+    if family.noise == "uniform":  # its generate stops on the generation config's list alone
+        eos_ids = tuple(_as_ids(generation_defaults(str(path)).get("eos_token_id"))) or eos_ids
     return LoadedModel(
         model=model, name=name, path=path, model_type=family.name, mask_id=mask_id, eos_ids=eos_ids,
         pad_id=pad_id, max_positions=family.max_positions(cfg), device=dev, dtype=dt,

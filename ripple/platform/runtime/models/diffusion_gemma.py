@@ -92,6 +92,11 @@ class GemmaCache:
     length: int  # positions (slots) encoded so far
     valid: torch.Tensor | None = None  # [B, length] False at padding slots; None: every slot is a token
 
+    def select(self, rows: torch.Tensor) -> "GemmaCache":
+        """The cache of batch rows `rows` [G], in that order."""
+        return GemmaCache(tuple(k[rows] for k in self.keys), tuple(v[rows] for v in self.values), self.length,
+                          None if self.valid is None else self.valid[rows])
+
     def key_mask(self, n: int) -> torch.Tensor | None:
         """Which of the last n cached slots hold tokens: [B, n] (None: all)."""
         return None if self.valid is None else self.valid[:, self.length - n:]
