@@ -89,7 +89,7 @@ class Renoise(Scheduler):
         state.memory["argmax"] = (history + [top])[1:]  # the last `stability` argmax canvases
         mean = h.mean()
         confident = bool(mean < p.confidence)
-        end = (stable and confident) or state.step + 1 >= p.steps
-        return Plan(sample=z, keep=keep, carry=z, end=end,
+        stop = stable and confident  # the stop rule; the step limit ends a canvas too
+        return Plan(sample=z, keep=keep, carry=z, end=stop or state.step + 1 >= p.steps,
                     info={"temperature": float(t), "mean_entropy": float(mean), "stable": stable,
-                          "confident": confident})
+                          "confident": confident, "stop": stop})

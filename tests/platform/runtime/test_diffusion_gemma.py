@@ -152,9 +152,13 @@ def test_passes_make_no_device_to_host_copy(gemma, expected, monkeypatch):
 
 
 def test_mask_decoders_refuse_the_family_in_one_line(gemma, golden, capsys):
-    with pytest.raises(RippleError, match="diffusion_gemma is a uniform-noise .renoising. family; mask decoders cannot"):
-        Engine.from_loaded(gemma)
-    refused_in_one_line(capsys, golden / NAME, "uniform-noise (renoising) family; mask decoders cannot decode it")
+    from ripple.decoders import build
+    from ripple.platform.runtime.engine import GenerationConfig
+
+    with pytest.raises(RippleError, match="decoder 'default' decodes mask-noise families; diffusion_gemma is a "
+                                          "uniform-noise family: use a uniform-noise decoder .renoise."):
+        Engine.from_loaded(gemma).generate([[5, 6]], build("default"), GenerationConfig(8, 8))
+    refused_in_one_line(capsys, golden / NAME, "diffusion_gemma is a uniform-noise family: use a uniform-noise decoder")
 
 
 def test_an_image_token_in_the_prompt_is_refused(gemma):
@@ -182,7 +186,7 @@ def _copy(golden, tmp_path, **changes):
                               "config.json implies (16,)"),
 ])
 def test_bad_configs_are_one_line_and_exit_2(golden, tmp_path, capsys, changes, message):
-    refused_in_one_line(capsys, _copy(golden, tmp_path, **changes), message)
+    refused_in_one_line(capsys, _copy(golden, tmp_path, **changes), message, decoder="renoise")
 
 
 def test_missing_or_corrupt_weights_are_one_line_errors(golden, tmp_path):
