@@ -55,7 +55,7 @@ GRAPH = _imports()
 
 # DESIGN.md section 1, top to bottom; the components in a tuple are peers and import neither each other
 # nor anything above. Inside the platform its rooms are layered the same way.
-LAYERS = ("cli", "sweeps", "dashboards", "bench", "platform", ("decoders", "tasks"), ("errors", "progress"))
+LAYERS = ("cli", "sweeps", "dashboards", "bench", "platform", ("decoders", "tasks"), "plugins", ("errors", "progress"))
 PLATFORM_ROOMS = (("experiments", "training"), "runtime")
 
 

@@ -1,12 +1,20 @@
-"""Decoders by name, with a "did you mean" for unknown names."""
+"""Decoders by name, with a "did you mean" for unknown names. Built-in modules register at import;
+decoders of other distributions join through the `ripple.decoders` entry points when the registry is
+first read (ripple/plugins.py): built-ins win, a broken plugin is refused only when asked for."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 
 from ..errors import RippleError
+from ..plugins import DECODER_GROUP, BrokenPlugin, PluginSource, discover, refuse
 from .base import Scheduler
+from .params import HyperParams, field_kind
 
 _REGISTRY: dict[str, type[Scheduler]] = {}
+_SOURCES: dict[str, PluginSource] = {}  # plugin decoders: where they came from
+_BROKEN: dict[str, BrokenPlugin] = {}
+_PLUGINS_READ = False
 
 
 def register(cls: type[Scheduler]) -> type[Scheduler]:
@@ -18,17 +26,60 @@ def register(cls: type[Scheduler]) -> type[Scheduler]:
     return cls
 
 
+def check_decoder_class(name: str, obj) -> None:
+    """A usable decoder plugin: a concrete Scheduler subclass named `name` whose Params is a frozen
+    HyperParams dataclass of number or text fields made with hp/choice/text, valid at its defaults."""
+    if not (isinstance(obj, type) and issubclass(obj, Scheduler)):
+        raise TypeError(f"{obj!r} is not a subclass of ripple.decoders.Scheduler")
+    if getattr(obj, "__abstractmethods__", None):
+        raise TypeError(f"{obj.__qualname__} does not implement {', '.join(sorted(obj.__abstractmethods__))}")
+    if getattr(obj, "name", None) != name:
+        raise TypeError(f"{obj.__qualname__}.name is {getattr(obj, 'name', None)!r}, not the entry point's {name!r}")
+    params = getattr(obj, "Params", None)
+    if not (isinstance(params, type) and issubclass(params, HyperParams) and dataclasses.is_dataclass(params)):
+        raise TypeError(f"{obj.__qualname__}.Params is not a HyperParams dataclass")
+    if not params.__dataclass_params__.frozen:
+        raise TypeError(f"{params.__qualname__} is not frozen")
+    for f in dataclasses.fields(params):
+        if "lo" not in f.metadata or field_kind(f) not in (int, float, str):
+            raise TypeError(f"{params.__qualname__}.{f.name} is not declared with hp(), choice() or text()")
+    params.decoder_name = name
+    params()  # the defaults pass the dataclass's own checks
+
+
+def _read_plugins() -> None:
+    global _PLUGINS_READ
+    if _PLUGINS_READ:
+        return
+    _PLUGINS_READ = True
+    found = discover(DECODER_GROUP, "decoder", set(_REGISTRY), check_decoder_class)
+    for name, (cls, source) in found.loaded.items():
+        register(cls)
+        _SOURCES[name] = source
+    _BROKEN.update(found.broken)
+
+
 def names() -> list[str]:
     """Registered decoder names in display order (each class's `display_order`, then name)."""
+    _read_plugins()
     return sorted(_REGISTRY, key=lambda n: (_REGISTRY[n].display_order, n))
 
 
 def get(name: str) -> type[Scheduler]:
+    _read_plugins()
+    if name in _BROKEN:
+        raise refuse(_BROKEN[name])
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, _REGISTRY, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise RippleError(f"unknown decoder {name!r}{hint}; registered: {', '.join(names())}")
     return _REGISTRY[name]
+
+
+def source(name: str) -> PluginSource | None:
+    """The distribution and version of a plugin decoder; None for Ripple's own."""
+    _read_plugins()
+    return _SOURCES.get(name)
 
 
 def build(name: str, settings: dict[str, str] | None = None) -> Scheduler:

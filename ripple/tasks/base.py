@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from ripple.errors import RippleError
+from ripple.plugins import TASK_GROUP, BrokenPlugin, PluginSource, discover, refuse
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,41 @@ def cut_at_stops(text: str, stop_sequences: tuple[str, ...]) -> str:
 
 
 _TASKS: dict[str, type[Task]] = {}
+_SOURCES: dict[str, PluginSource] = {}  # plugin tasks: where they came from
+_BROKEN: dict[str, BrokenPlugin] = {}
+_PLUGINS_READ = False
 T = TypeVar("T", bound=type[Task])
+
+
+def check_task_class(name: str, obj) -> None:
+    """A usable task plugin: a concrete Task subclass named `name` with its metric and stop sequences."""
+    if not (isinstance(obj, type) and issubclass(obj, Task)):
+        raise TypeError(f"{obj!r} is not a subclass of ripple.tasks.Task")
+    if getattr(obj, "__abstractmethods__", None):
+        raise TypeError(f"{obj.__qualname__} does not implement {', '.join(sorted(obj.__abstractmethods__))}")
+    if getattr(obj, "name", None) != name:
+        raise TypeError(f"{obj.__qualname__}.name is {getattr(obj, 'name', None)!r}, not the entry point's {name!r}")
+    if not isinstance(getattr(obj, "metric", None), str) or not isinstance(getattr(obj, "stop_sequences", None), tuple):
+        raise TypeError(f"{obj.__qualname__} needs a `metric` string and a `stop_sequences` tuple")
+
+
+def _read_plugins() -> None:
+    """Tasks of other distributions (`ripple.tasks` entry points), read once (ripple/plugins.py)."""
+    global _PLUGINS_READ
+    if _PLUGINS_READ:
+        return
+    _PLUGINS_READ = True
+    found = discover(TASK_GROUP, "task", set(_TASKS), check_task_class)
+    for name, (cls, source) in found.loaded.items():
+        _TASKS[name] = cls
+        _SOURCES[name] = source
+    _BROKEN.update(found.broken)
+
+
+def task_source(name: str) -> PluginSource | None:
+    """The distribution and version of a plugin task; None for Ripple's own."""
+    _read_plugins()
+    return _SOURCES.get(name)
 
 
 def register_task(cls: T) -> T:
@@ -94,11 +129,15 @@ def register_task(cls: T) -> T:
 
 def task_names() -> list[str]:
     """Registered task names, sorted."""
+    _read_plugins()
     return sorted(_TASKS)
 
 
 def task_class(name: str) -> type[Task]:
     """The class registered as `name`, or a one-line error listing the registered names."""
+    _read_plugins()
+    if name in _BROKEN:
+        raise refuse(_BROKEN[name])
     try:
         return _TASKS[name]
     except KeyError:

@@ -18,7 +18,7 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "kv-cache", "length-robustness", "llada2", "llada2.1", "paper-table1",
+    assert shipped_specs() == ["demo", "field", "kv-cache", "length-robustness", "llada2", "llada2.1", "paper-table1",
                               "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
@@ -38,6 +38,10 @@ def test_shipped_specs_have_the_issue_contents():
     assert editing == {("ripple-tiny-bd", t, *s) for t in ("arith", "pyfunc", "freefunc")
                        for s in ((0.7, 0.5, 16), (0.5, 0.0, 16))}
     assert len(demo.cells) == 3 * len(DEMO_DECODERS) * 2 + 6
+    field = load_spec("field")  # the six beside confidence and RPS, both embedded models, 200 problems per cell
+    assert sorted({c.decoder for c in field.cells}) == sorted(FIELD_DECODERS + ["confidence", "rps"])
+    assert {(c.model, c.task) for c in field.cells} == {(m, t) for m in models for t in ("arith", "pyfunc", "freefunc")}
+    assert len(field.cells) == 48 and {c.limit for c in field.cells} == {200}  # each decoder at its defaults
     ablation = load_spec("rps-ablation")
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
@@ -186,7 +190,7 @@ def test_malformed_spec_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, 
 def test_missing_and_unreadable_spec_files(tmp_path, capsys):
     assert main(["grid", str(tmp_path / "nope.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, kv-cache" in err
+    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, field, kv-cache" in err
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     assert main(["grid", str(tmp_path / "binary.yaml")]) == 2
     err = capsys.readouterr().err
