@@ -35,6 +35,8 @@ def check_decoder_class(name: str, obj) -> None:
         raise TypeError(f"{obj.__qualname__} does not implement {', '.join(sorted(obj.__abstractmethods__))}")
     if getattr(obj, "name", None) != name:
         raise TypeError(f"{obj.__qualname__}.name is {getattr(obj, 'name', None)!r}, not the entry point's {name!r}")
+    if getattr(obj, "noise", None) not in ("mask", "uniform"):
+        raise TypeError(f"{obj.__qualname__}.noise is {getattr(obj, 'noise', None)!r}; accepted: mask, uniform")
     params = getattr(obj, "Params", None)
     if not (isinstance(params, type) and issubclass(params, HyperParams) and dataclasses.is_dataclass(params)):
         raise TypeError(f"{obj.__qualname__}.Params is not a HyperParams dataclass")
