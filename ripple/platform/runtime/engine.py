@@ -63,6 +63,8 @@ import torch
 from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
 from ...errors import RippleError
 from .models.transformer import KVCache
+from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
+from .renoising import RenoisingRun
 
 TraceFn = Callable[[dict[str, Any]], None]
 BLOCK_ALIGNS = ("response", "absolute")
@@ -124,26 +126,6 @@ def _indivisible(gen_length: int, block_length: int) -> RippleError:
                        f"accepted block lengths: {', '.join(map(str, divisors))}")
 
 
-@dataclass(frozen=True)
-class SampleOutput:
-    tokens: tuple[int, ...]  # the gen_length response ids
-    nfe: int
-    lookahead_nfe: int  # of which packed lookahead forwards
-    decode_seconds: float
-    generated_tokens: int  # response tokens before the first end-of-sequence id
-    gen_length: int
-    edits: int = 0  # tokens rewritten by token editing (decoders that declare `edits_tokens`)
-    encoder_nfe: int = 0  # of `nfe`, encoder passes (a uniform-noise family: prompt and emitted canvases)
-
-    @property
-    def tps(self) -> float:
-        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-    @property
-    def canvas_tps(self) -> float:
-        return self.gen_length / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-
 def padding_mask(pad: torch.Tensor) -> torch.Tensor:
     """[B, N] left-padding flags -> [B, 1, N, N] visibility: nobody sees pads, pads see all
     (so no pad row is all -inf, whose NaNs would reach real rows through the values)."""
@@ -160,12 +142,6 @@ def block_causal_visibility(pad: torch.Tensor, positions: torch.Tensor, block: i
     kb = positions // block  # [B, N]
     vis = (~pad)[:, None, :] & (kb[:, None, :] <= kb[:, q0:q1, None])  # [B, Q, N]
     return (vis | pad[:, q0:q1, None])[:, None]
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work, so a clock read after it sees the work done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class Engine:
@@ -214,8 +190,6 @@ class Engine:
                 f"supported: {', '.join(decoder.supported_caches)}"
             )
         if self.noise == "uniform":  # renoising: whole canvases of block_length (ripple/platform/runtime/renoising.py)
-            from .renoising import RenoisingRun
-
             if decoder.max_canvas_forwards < 1:
                 raise RippleError(f"decoder {decoder.name!r} declares no bound on a canvas's forwards")
             seeds = [0] * len(prompts) if seeds is None else list(seeds)

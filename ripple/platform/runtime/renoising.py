@@ -32,6 +32,7 @@ import torch
 
 from ...decoders.base import BlockState, Scheduler
 from ...errors import RippleError
+from .output import SampleOutput, synchronize
 
 
 def check_plan(dec: Scheduler, plan, L: int, V: int) -> None:
@@ -109,8 +110,6 @@ class RenoisingRun:
 
     # ------------------------------------------------------------------ the loop
     def execute(self):
-        from .engine import SampleOutput, synchronize
-
         e, dec, L, V = self.e, self.dec, self.cfg.block_length, self.V
         synchronize(e.device)
         t0 = time.perf_counter()
