@@ -70,7 +70,9 @@ examples:
   ripple generate --model ../shared/golden/llada-tiny --input-ids 5,6,7 --decoder confidence --set tau=0.9 \\
       --gen-length 32 --block-length 8 --cache prefix --json
   ripple generate --model GSAI-ML/LLaDA-8B-Instruct --prompt "What is 7*8?" --chat --decoder default \\
-      --gen-length 256 --block-length 32 --dtype bfloat16 --device cuda""",
+      --gen-length 256 --block-length 32 --dtype bfloat16 --device cuda
+  ripple generate --model ../shared/golden/diffusion-gemma-tiny --input-ids 5,6,7 --decoder renoise \\
+      --set steps=8 --gen-length 16 --block-length 8 --seed 3 --trace /tmp/renoise.jsonl   # a uniform-noise model""",
     "report": """examples:
   ripple report demo                                   # ./results/demo/report/{report.md,report.html,*.png}
   ripple report sweep-lambda --store ~/ripple-results --out reports/lambda
@@ -276,7 +278,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(json.dumps(record))
     else:
         print(text if text is not None else " ".join(map(str, out.tokens)))
-        print(f"-- nfe {out.nfe} | generated {out.generated_tokens} tokens in {out.decode_seconds:.3f}s | "
+        print(f"-- nfe {out.nfe}" + (f" ({out.encoder_nfe} encoder passes)" if out.encoder_nfe else "")
+              + f" | generated {out.generated_tokens} tokens in {out.decode_seconds:.3f}s | "
               f"TPS {out.tps:.1f} (canvas TPS {out.canvas_tps:.1f})" + (f" | {out.edits} edits" if out.edits else ""),
               file=sys.stderr)
     return 0

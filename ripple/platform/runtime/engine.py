@@ -48,6 +48,11 @@ response, whatever `stop_at_eos` says. `eos_early_stop` (any family) also ends a
 after a decision that committed an EOS when no mask lies between the response start and the
 first EOS (LLaDA2's `eos_early_stop`: same tokens up to that EOS, fewer forwards).
 
+Uniform-noise families (DiffusionGemma: the model declares `noise = "uniform"`) have no masks and
+no block loop of this kind: `generate` refuses a decoder whose declared `noise` differs from the
+model's, in one line naming what the model needs, and hands a uniform-noise model to the renoising
+loop (ripple/platform/runtime/renoising.py), which owns each sample's random generator.
+
 `trace` receives every decision as a JSON-able event; `observe` (diagnostics, e.g. the
 batch-equivalence check) also receives the tensors each decision reads, under the same
 (block, step, phase) key as its trace event.

@@ -2,34 +2,15 @@
 from the cell's seed and its id, is stored with it, and gives the tokens `ripple eval --seed` gives;
 the leaderboard row carries the seed."""
 import json
-import shutil
 
 import pytest
 
 from ripple.platform.experiments.evaluate import sample_seed
 from ripple.platform.experiments.store import ResultStore
 from tests.platform.gridtools import run_grid
+from tests.platform.runtime.checkpoints import gemma_with_tokenizer
 
 pytestmark = pytest.mark.slow
-
-
-def gemma_with_tokenizer(golden, dst):
-    """diffusion-gemma-tiny with a character-level tokenizer (the golden folder ships none; tasks need one)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-
-    shutil.copytree(golden / "diffusion-gemma-tiny", dst)
-    for p in dst.iterdir():
-        p.chmod(0o644)
-    vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3}
-    vocab.update({chr(c): 4 + i for i, c in enumerate(range(32, 127))})  # printable ASCII, ids 4..98
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.save(str(dst / "tokenizer.json"))
-    (dst / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<eos>",
-        "pad_token": "<pad>", "unk_token": "<unk>"}))
-    return dst
 
 
 def test_a_renoise_grid_stores_each_samples_seed(golden, tmp_path):

@@ -137,3 +137,19 @@ def test_a_whole_canvas_past_gen_length_is_decoded(gemma, cases):
     out = _run(Engine.from_loaded(gemma), case, [case["prompt"]], [case["seed"]])[0]
     assert len(out.tokens) == 16 == out.gen_length and list(out.tokens) == case["generated"]
     assert torch.is_tensor(torch.tensor(out.tokens))
+
+
+def test_ripple_eval_seeds_each_example_from_seed_and_id(golden, tmp_path, capsys):
+    from ripple.platform.experiments.evaluate import sample_seed
+    from tests.platform.runtime.checkpoints import gemma_with_tokenizer
+
+    model = gemma_with_tokenizer(golden, tmp_path / "dg")
+    out = tmp_path / "samples.jsonl"
+    argv = ["eval", "--model", str(model), "--task", "arith", "--limit", "2", "--decoder", "renoise", "--set", "steps=2",
+            "--gen-length", "8", "--block-length", "4", "--seed", "5", "--samples-out", str(out), "--json"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["seed"] == 5 and summary["cache"] == "prefix" and summary["n"] == 2
+    samples = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [s["seed"] for s in samples] == [sample_seed(5, s["sample_id"]) for s in samples]
+    assert all(s["encoder_nfe"] == 2 and s["nfe"] > 2 for s in samples)
