@@ -50,7 +50,7 @@ _GENERATION_KEYS = {"max_denoising_steps": "steps", "t_max": "t_max", "t_min": "
 @register
 class Renoise(Scheduler):
     name = "renoise"
-    display_order = 95
+    display_order = 85  # after the mask decoders, before rps (listed last)
     Params = RenoiseParams
     noise = "uniform"
     default_cache = "prefix"  # the encoder's cache of prompt and emitted canvases, extended per canvas

@@ -155,8 +155,9 @@ class Engine:
     def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
                  max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None):
         self.model = model
-        # the kind of family (ripple/platform/runtime/models/family.py): a decoder must declare the same
-        self.noise = str(getattr(model, "noise", "mask"))
+        # the kind of family (ripple/platform/runtime/models/family.py): a decoder must declare the same.
+        # Only a family's "uniform" counts: a model attribute called `noise` may be anything else
+        self.noise = "uniform" if getattr(model, "noise", "mask") == "uniform" else "mask"
         self.family = str(getattr(model, "family", "this model"))
         self.shift = int(getattr(model, "shift", 0))
         # a shifted family must commit the block's first position at the opening (module docstring)
