@@ -70,7 +70,9 @@ examples:
   ripple generate --model ../shared/golden/llada-tiny --input-ids 5,6,7 --decoder confidence --set tau=0.9 \\
       --gen-length 32 --block-length 8 --cache prefix --json
   ripple generate --model GSAI-ML/LLaDA-8B-Instruct --prompt "What is 7*8?" --chat --decoder default \\
-      --gen-length 256 --block-length 32 --dtype bfloat16 --device cuda""",
+      --gen-length 256 --block-length 32 --dtype bfloat16 --device cuda
+  ripple generate --model ../shared/golden/diffusion-gemma-tiny --input-ids 5,6,7 --decoder renoise \\
+      --set steps=8 --gen-length 16 --block-length 8 --seed 3 --trace /tmp/renoise.jsonl   # a uniform-noise model""",
     "report": """examples:
   ripple report demo                                   # ./results/demo/report/{report.md,report.html,*.png}
   ripple report sweep-lambda --store ~/ripple-results --out reports/lambda
@@ -196,7 +198,11 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
                    help="decoder hyperparameter, repeatable (e.g. --set tau=0.9)")
     p.add_argument("--gen-length", type=int, required=gen_default is None, default=gen_default)
     p.add_argument("--block-length", type=int, required=block_default is None, default=block_default)
-    p.add_argument("--cache", default="none", help="KV cache policy: none, prefix, dual")
+    p.add_argument("--cache", default=None, help="KV cache policy: none, prefix, dual (default: the decoder's, "
+                   "none for mask decoders, prefix for renoise)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of each sample's random generator (decoders that sample: renoise); default 0. "
+                        "eval derives each example's seed from it and the example id, as grids do")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--block-align", default="response", choices=("response", "absolute"),
@@ -210,13 +216,28 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
                         "(LLaDA2's eos_early_stop: same tokens, fewer forwards)")
 
 
+def decoder_for_model(args: argparse.Namespace):
+    """The decoder of --decoder/--set for --model, before any weights load: bad names and values fail
+    first, then a decoder made for another kind of family (one line naming what the model needs); the
+    settings not given with --set come from the model's generation_config.json where the decoder
+    reads it (`Scheduler.model_defaults`)."""
+    from .decoders import build, check_noise
+    from .platform.runtime.loading import config_noise, generation_defaults
+
+    settings = parse_settings(args.set)
+    decoder = build(args.decoder, settings)
+    check_noise(decoder.name, *config_noise(args.model))
+    defaults = type(decoder).model_defaults(generation_defaults(args.model))
+    return build(args.decoder, {**defaults, **settings}) if defaults else decoder
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .decoders import build
     from .platform.runtime.engine import Engine, GenerationConfig
     from .platform.experiments.evaluate import completion_text
     from .platform.runtime.loading import block_aligned, config_mask_id, load_model
 
-    decoder = build(args.decoder, parse_settings(args.set))
+    decoder = decoder_for_model(args)
+    args.cache = args.cache or decoder.default_cache
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
                               args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length),
                               args.block_align)
@@ -240,7 +261,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     trace_file = open(args.trace, "w") if args.trace else None
     try:
         trace = (lambda ev: trace_file.write(json.dumps(ev) + "\n")) if trace_file else None
-        out = Engine.from_loaded(lm).generate([ids], decoder, config, trace=trace)[0]
+        out = Engine.from_loaded(lm).generate([ids], decoder, config, trace=trace, seeds=[args.seed])[0]
     finally:
         if trace_file:
             trace_file.close()
@@ -251,13 +272,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "prompt_tokens": len(ids), "tokens": list(out.tokens), "text": text, "nfe": out.nfe,
         "lookahead_nfe": out.lookahead_nfe, "decode_seconds": out.decode_seconds,
         "generated_tokens": out.generated_tokens, "tps": out.tps, "canvas_tps": out.canvas_tps,
-        "edits": out.edits,
+        "edits": out.edits, "encoder_nfe": out.encoder_nfe, "seed": args.seed,
     }
     if args.json:
         print(json.dumps(record))
     else:
         print(text if text is not None else " ".join(map(str, out.tokens)))
-        print(f"-- nfe {out.nfe} | generated {out.generated_tokens} tokens in {out.decode_seconds:.3f}s | "
+        print(f"-- nfe {out.nfe}" + (f" ({out.encoder_nfe} encoder passes)" if out.encoder_nfe else "")
+              + f" | generated {out.generated_tokens} tokens in {out.decode_seconds:.3f}s | "
               f"TPS {out.tps:.1f} (canvas TPS {out.canvas_tps:.1f})" + (f" | {out.edits} edits" if out.edits else ""),
               file=sys.stderr)
     return 0
@@ -271,6 +293,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .tasks import get_task
 
     decoder = build(args.decoder, parse_settings(args.set))
+    args.cache = args.cache or decoder.default_cache
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
                               args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length),
                               args.block_align)
@@ -278,12 +301,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
     task = get_task(args.task, data_dir=args.data_dir)
     task.examples("test", 1)  # read the data now: a missing dataset fails before the model loads
+    decoder = decoder_for_model(args)
     lm = load_model(args.model, dtype=args.dtype, device=args.device)
     sink = open(args.samples_out, "w") if args.samples_out else None
     try:
         write = (lambda r: (sink.write(json.dumps(r.__dict__) + "\n"), sink.flush())) if sink else None
         cell = evaluate_cell(lm, task, decoder, config, limit=args.limit, progress=not args.json, chat=args.chat,
-                             on_sample=write)
+                             on_sample=write, seed=args.seed)
     finally:
         if sink:
             sink.close()

@@ -11,6 +11,7 @@ grid_overhead.py      the demo grid through Ray local mode against one process
 batch_throughput.py   throughput mode: the demo grid's samples per second at batch 1, 4 and 8
 batch_equivalence.py  every demo-grid sample batched against batch 1: same tokens and NFE
 preset_report.py      `--preset NAME`: forwards, lookaheads and decode TPS at a paper's setting (GPU)
+canvas_report.py      `--preset diffusion-gemma-26b`: a uniform-noise family's passes and peak memory
 random_checkpoint.py  `--write-checkpoint DIR`: a random-weight checkpoint in the real format
 load_memory.py        `--load-memory DIR`: peak memory of loading and decoding against weight bytes
 """

@@ -11,7 +11,9 @@ Measurements, not tests.
   python -m ripple.bench --preset llada-8b --device cuda --dtype bfloat16
                                               forwards, lookaheads (k 2, 4, 10) and decode TPS at batch
                                               1 and 8 of a random-weight model with LLaDA-8B-Instruct's
-                                              shapes (`--preset tiny` on CPU)
+                                              shapes (`--preset tiny` on CPU); `--preset
+                                              diffusion-gemma-26b`: DiffusionGemma's encoder and
+                                              decoder passes and peak memory against the weights
   python -m ripple.bench --batch-equivalence  every demo-grid sample at batch 8 against batch 1, cache
                                               none, prefix and dual (tokens and NFE)
   python -m ripple.bench --write-checkpoint DIR [--layers N]; --load-memory DIR
@@ -130,13 +132,17 @@ def _main(args) -> int:
         print(json.dumps(load_memory(args.load_memory)) if args.json else load_memory(args.load_memory)["text"])
         return 0
     if args.preset is not None:
+        from ..platform.runtime.models import get_family
+        from .canvas_report import run_canvas_preset
         from .preset_report import run_preset
 
         preset = get_preset(args.preset)
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise RippleError(f"--device {args.device}: no CUDA device here; use --device cpu (e.g. --preset tiny)")
-        report = run_preset(preset, args.device, args.dtype, reps=args.reps or 10, budget_s=args.budget_seconds,
-                            log=(lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr)))
+        # a uniform-noise family (DiffusionGemma) is not decoded by the mask engine: its own passes are timed
+        run = run_preset if get_family(preset.config["model_type"]).noise == "mask" else run_canvas_preset
+        report = run(preset, args.device, args.dtype, reps=args.reps or 10, budget_s=args.budget_seconds,
+                     log=(lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr)))
         print(json.dumps(report.to_dict()) if args.json else report.format())
         return 0
     sizes = _sizes(args.batch_sizes)

@@ -4,9 +4,12 @@ A preset is a config dict in its family's own `config.json` key set, turned into
 that family's config reader (chosen by `model_type`), exactly as a downloaded checkpoint
 would be: so the `llada-8b` preset has LLaDA-8B-Instruct's shapes (GSAI-ML/LLaDA-8B-Instruct
 config.json), `llada2-mini` LLaDA2.0-mini's (inclusionAI/LLaDA2.0-mini) and `sdar-8b`
-SDAR-8B-Chat's (JetAstra/SDAR training/model/SDAR-8B-Chat/config.json) without a download, and their timings are those of the real models' forwards on this engine. Weights
-are random (normal, std 0.02), initialised directly on the target device in the target dtype,
-so an 8B model never passes through host memory.
+SDAR-8B-Chat's (JetAstra/SDAR training/model/SDAR-8B-Chat/config.json) without a download, and their timings are those of the real models' forwards on this engine.
+`diffusion-gemma-26b` has google/diffusiongemma-26B-A4B-it's shapes in two layers (one of each
+attention kind), a uniform-noise family that the mask engine does not decode: its report
+(`canvas_report.py`) times the encoder and decoder passes and the peak memory. Weights
+are random (normal, std 0.02; norm weights and scales 1), initialised directly on the target device
+in the target dtype, so an 8B model never passes through host memory.
 
 Random weights are never confident (the softmax over 126k tokens is nearly flat), so every
 decoder commits one token per step on them: decode timings measure the cost per step of
@@ -58,6 +61,32 @@ SDAR_8B: dict[str, Any] = {
 }
 
 
+# google/diffusiongemma-26B-A4B-it's config.json (../shared/golden/README.md "diffusion-gemma-tiny": the
+# real values; token ids and max_position_embeddings are transformers 5.24's defaults for the class)
+DIFFUSION_GEMMA_26B: dict[str, Any] = {
+    "model_type": "diffusion_gemma", "architectures": ["DiffusionGemmaForBlockDiffusion"], "canvas_length": 256,
+    "eos_token_id": [1, 106], "image_token_id": 258880, "boi_token_id": 255999, "eoi_token_id": 258882,
+    "tie_word_embeddings": True, "text_config": {
+        "model_type": "diffusion_gemma_text", "hidden_size": 2816, "num_hidden_layers": 30,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5, "num_attention_heads": 16,
+        "head_dim": 256, "num_key_value_heads": 8, "global_head_dim": 512, "num_global_key_value_heads": 2,
+        "sliding_window": 1024, "num_experts": 128, "top_k_experts": 8, "moe_intermediate_size": 704,
+        "intermediate_size": 2112, "vocab_size": 262144, "final_logit_softcapping": 30.0,
+        "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06, "attention_bias": False,
+        "use_bidirectional_attention": "vision", "tie_word_embeddings": True, "max_position_embeddings": 131072,
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                               "rope_theta": 1000000.0}},
+        "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2},
+}
+
+
+def with_layers(config: dict[str, Any], layer_types: list[str]) -> dict[str, Any]:
+    """A DiffusionGemma config with only these layers (the real shapes otherwise)."""
+    text = {**config["text_config"], "layer_types": list(layer_types), "num_hidden_layers": len(layer_types)}
+    return {**config, "text_config": text}
+
+
 @dataclass(frozen=True)
 class Preset:
     """A model shape and the decode geometry a preset report measures it at."""
@@ -101,6 +130,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            32, 64, 32, "LLaDA2 layout in miniature (2 layers, 16 experts): the MoE preset path in seconds on CPU"),
     Preset("tiny", _shrink(d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, mlp_hidden_size=192, vocab_size=512),
            16, 64, 32, "a few hundred thousand parameters: the preset report end to end in seconds on CPU (tests)"),
+    Preset("diffusion-gemma-26b", with_layers(DIFFUSION_GEMMA_26B, ["sliding_attention", "full_attention"]),
+           64, 256, 256, "DiffusionGemma-26B-A4B's shapes in two layers (one sliding, one full attention; 2.4 B "
+           "parameters): encoder and decoder pass times and peak memory against the weights"),
 )}
 
 
@@ -110,9 +142,9 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def random_engine(preset: Preset, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Engine:
-    """The preset's model with random weights on `device`, wrapped in an engine. No end-of-sequence
-    id, so every response position counts as generated (random weights emit EOS anywhere)."""
+def random_model(preset: Preset, device: torch.device, dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:
+    """The preset's module with random weights on `device`: normal(0, 0.02), except norm weights,
+    scales and scalars (routers' and layers'), which are 1."""
     cfg = preset.config
     family = get_family(cfg["model_type"])
     with torch.device("meta"):
@@ -120,14 +152,21 @@ def random_engine(preset: Preset, device: torch.device, dtype: torch.dtype, seed
     model = model.to(dtype).to_empty(device=device)  # allocated once, in the target dtype
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+        for name, p in [*model.named_parameters(), *model.named_buffers()]:
+            if name.endswith(("norm.weight", "scale", "scalar")):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02, generator=gen)
-    model.eval().requires_grad_(False)
-    return Engine(model, mask_id=cfg["mask_token_id"], eos_ids=(), pad_id=cfg["pad_token_id"],
-                  max_positions=family.max_positions(cfg), device=device)
+    return model.eval().requires_grad_(False)
+
+
+def random_engine(preset: Preset, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Engine:
+    """The preset's model with random weights on `device`, wrapped in an engine. No end-of-sequence
+    id, so every response position counts as generated (random weights emit EOS anywhere)."""
+    cfg = preset.config
+    return Engine(random_model(preset, device, dtype, seed), mask_id=cfg["mask_token_id"], eos_ids=(),
+                  pad_id=cfg["pad_token_id"], max_positions=get_family(cfg["model_type"]).max_positions(cfg),
+                  device=device)
 
 
 def parameter_count(engine: Engine) -> int:

@@ -37,7 +37,7 @@ from .report import (fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, new_figure, save_pn
                      stored_experiments, summarize_cells)
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
-           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits")
+           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed")
 SECTION = ("model", "weights", "task")
 DECODE = tuple(f.name for f in fields(DecodeSettings))
 CURVE = ("experiment", *SECTION, "decoder", *DECODE)  # cells of one curve differ only in hyperparameters
@@ -70,6 +70,8 @@ class Row:
     speedup_lo: float | None
     speedup_hi: float | None
     mean_edits: float | None = None  # token edits per sample, where the cell edited
+    # the cell's seed (each sample's generator is seeded from it and the sample id: renoising decoders)
+    seed: int | None = None
 
     @property
     def usable(self) -> bool:
@@ -147,7 +149,7 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
             rows.append(Row(c["model"], c["weights"], c["task"], c["decoder"], params, c["experiment"], c["n"],
                             c["accuracy"], c["accuracy_lo"], c["accuracy_hi"], _num(c["tpf"]), c["mean_nfe"],
                             _num(c["tps"]), _num(c["speedup"]), None, False, tuple(c[k] for k in CURVE),
-                            c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"])))
+                            c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"]), c.get("seed")))
         aups, dropped = _score_curves(rows)
         flags = front_flags([(r.accuracy, r.tpf) if r.usable else (None, None) for r in rows], ACCURACY_TPF)
         rows = [replace(r, aup=a, pareto=f) for r, a, f in zip(rows, aups, flags)]

@@ -35,6 +35,19 @@ Other needs are declared too, never named (the field's decoders, issue 35):
   the model's vocabulary) checks it in `prepare`, once per `generate`, before any forward, and
   reads `BlockState.n_blocks` (the blocks this sample decodes).
 
+Renoising (issue 36; DiffusionGemma): a decoder declares the kind of family it decodes, `noise`
+("mask", every decoder above, or "uniform"), and the engine refuses a mismatch in one line naming
+what the model needs. On a uniform-noise family the canvas holds tokens, never masks: a canvas
+(the block) starts as uniform random tokens, and per step the engine hands the decoder the raw
+logits of one decoder forward in a `BlockState` (its `mask_id` is -1, `step` counts the canvas's
+forwards, `memory` lives for the canvas). The plan names the distribution to sample from
+(`Plan.sample`, logits [L, V]), which positions keep their sampled token (`Plan.keep`), the
+self-conditioning logits of the next forward (`Plan.carry`) and whether the canvas ends
+(`Plan.end`, at the latest after `max_canvas_forwards` forwards). The engine makes the draws from
+the sample's own CPU generator (one multinomial over softmax(sample), then one uniform redraw of
+the whole canvas, every step; ripple/platform/runtime/renoising.py) and emits the argmax of the
+last step's `sample`. The decoder decides; the engine owns the randomness.
+
 For shifted-logit families (Dream) the engine commits the block's first position at the
 block opening (ripple/platform/runtime/engine.py); such positions are marked in `BlockState.fixed`
 and are never remasked.
@@ -86,6 +99,15 @@ class Plan:
     # end the block now even if masks remain (decoders that declare `defers_masks`): the engine
     # fills them after the last block, one forward per such block
     defer: bool = False
+    # renoising decoders (`noise = "uniform"`) only, every step sets `keep` and `sample`:
+    # logits [L, V] the engine samples from (one multinomial over their float32 softmax), and the
+    # positions [L] bool that keep their sampled token (the engine redraws the others uniformly)
+    sample: torch.Tensor | None = None
+    keep: torch.Tensor | None = None
+    # self-conditioning logits [L, V] for the canvas's next forward (None: none)
+    carry: torch.Tensor | None = None
+    # the canvas ends with this step: the engine emits the argmax of `sample`
+    end: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,6 +218,10 @@ class Scheduler(ABC):
     defers_masks: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
+    # the kind of family this decoder decodes (ripple/platform/runtime/models/family.py NOISES): "mask"
+    # (commits into masked positions) or "uniform" (renoises a canvas of tokens; module docstring)
+    noise: ClassVar[str] = "mask"
+    default_cache: ClassVar[str] = "none"  # the cache policy a run without --cache uses
 
     def __init__(self, params: HyperParams | None = None):
         self.params = params if params is not None else self.Params()
@@ -210,6 +236,17 @@ class Scheduler(ABC):
     def max_post_forwards(self) -> int:
         """Post forwards a block may run after its last mask is filled (token editing)."""
         return 0
+
+    @property
+    def max_canvas_forwards(self) -> int:
+        """Renoising decoders: forwards after which a canvas must have ended (the engine's bound)."""
+        return 0
+
+    @classmethod
+    def model_defaults(cls, generation: dict[str, Any]) -> dict[str, str]:
+        """Hyperparameter strings (as `--set` takes them) that a model's generation_config.json sets;
+        `ripple generate` and `ripple eval` use them for the settings not given with --set."""
+        return {}
 
     def prepare(self, shape: RunShape) -> None:
         """Check this configuration against a run before any forward; raise RippleError (one line)

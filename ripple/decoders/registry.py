@@ -30,6 +30,8 @@ def check_decoder_class(name: str, obj) -> None:
         raise TypeError(f"{obj.__qualname__} does not implement {', '.join(sorted(obj.__abstractmethods__))}")
     if getattr(obj, "name", None) != name:
         raise TypeError(f"{obj.__qualname__}.name is {getattr(obj, 'name', None)!r}, not the entry point's {name!r}")
+    if getattr(obj, "noise", None) not in ("mask", "uniform"):
+        raise TypeError(f"{obj.__qualname__}.noise is {getattr(obj, 'noise', None)!r}; accepted: mask, uniform")
     params = getattr(obj, "Params", None)
     if not (isinstance(params, type) and issubclass(params, HyperParams) and dataclasses.is_dataclass(params)):
         raise TypeError(f"{obj.__qualname__}.Params is not a HyperParams dataclass")
@@ -77,3 +79,19 @@ def build(name: str, settings: dict[str, str] | None = None) -> Scheduler:
     """A decoder from its name and `--set` strings."""
     cls = get(name)
     return cls(cls.Params.from_strings(name, settings or {}))
+
+
+def decoders_for(noise: str) -> list[str]:
+    """Registered decoders that decode `noise` families ("mask" or "uniform"), in display order."""
+    return [n for n in names() if _REGISTRY[n].noise == noise]
+
+
+def check_noise(decoder: str, family: str, noise: str) -> None:
+    """Refuse, in one line naming what the model needs, a decoder made for another kind of family
+    (a mask decoder on a uniform-noise family, a renoising decoder on a mask family)."""
+    own = get(decoder).noise
+    if own == noise:
+        return
+    fitting = ", ".join(decoders_for(noise)) or "none registered"
+    raise RippleError(f"decoder {decoder!r} decodes {own}-noise families; {family} is a {noise}-noise family: "
+                      f"use a {noise}-noise decoder ({fitting})")

@@ -54,3 +54,28 @@ def test_the_llada21_mini_preset_decodes_with_and_without_token_editing():
     small = replace(get_preset("tiny-moe"), decoders=full.decoders)
     r = run_preset(small, "cpu", "float32", reps=1, ks=(2,), batches=(1,), caches=("prefix",))
     assert [d.decoder for d in r.decodes] == labels and all(d.nfe and not d.skipped for d in r.decodes)
+
+
+def test_the_diffusion_gemma_preset_reports_passes_and_peak_memory(capsys, monkeypatch):
+    """The uniform-noise preset times the model's own passes and reports the peak against the weights
+    (here on the preset's config shrunk to tiny widths, through the same command)."""
+    from dataclasses import replace
+
+    from ripple.bench import presets
+
+    full = get_preset("diffusion-gemma-26b")
+    text = {**full.config["text_config"], "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
+            "num_key_value_heads": 2, "global_head_dim": 32, "num_global_key_value_heads": 1, "sliding_window": 8,
+            "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 32, "intermediate_size": 96,
+            "vocab_size": 512}
+    small = replace(full, config={**full.config, "canvas_length": 16, "text_config": text}, prompt_tokens=12,
+                    block_length=16)
+    monkeypatch.setitem(presets.PRESETS, "diffusion-gemma-26b", small)
+    assert main(["--preset", "diffusion-gemma-26b", "--device", "cpu", "--reps", "1", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [(p["name"], p["tokens"]) for p in r["passes"]] == [
+        ("encoder: prompt, new cache", 12), ("decoder: canvas", 16), ("decoder: canvas, self-conditioning", 16),
+        ("encoder: canvas appended to cache", 16)]
+    assert all(p["ms"] > 0 and p["runs"] == 1 for p in r["passes"])
+    assert r["peak_bytes"] >= r["before_bytes"] > 0 and r["weight_bytes"] == 4 * r["parameters"] + 4 * 4  # + scalars
+    assert r["full_layers"] == 30 and 25.0e9 * 4 < r["full_weight_bytes"] < 25.5e9 * 4

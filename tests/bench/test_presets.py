@@ -53,3 +53,27 @@ def test_the_sdar_8b_preset_has_the_real_models_shapes():
     assert sum(p.numel() for p in model.parameters()) == total + norms and model.block_causal
     p = PRESETS["sdar-8b"]
     assert (p.gen_length, p.block_length) == (256, 4)
+
+
+def test_the_diffusion_gemma_preset_has_the_real_shapes_in_two_layers():
+    """google/diffusiongemma-26B-A4B-it's values (../shared/golden/README.md): the full config builds a
+    25.2 B-parameter text model (the vision tower, about 0.5 B more, is not loaded); the preset keeps one
+    layer of each attention kind."""
+    import torch
+
+    from ripple.bench.presets import DIFFUSION_GEMMA_26B
+    from ripple.platform.runtime.models.diffusion_gemma import DIFFUSION_GEMMA
+
+    full = DIFFUSION_GEMMA.to_config(DIFFUSION_GEMMA_26B)
+    assert (full.d_model, full.n_layers, full.n_heads, full.vocab_size, full.mlp_hidden, full.sliding_window,
+            full.canvas_length, full.softcap) == (2816, 30, 16, 262144, 2112, 1024, 256, 30.0)
+    assert [s.sliding for s in full.layers] == ([True] * 5 + [False]) * 5
+    assert {(s.head_dim, s.kv_heads, s.rotated_pairs) for s in full.layers} == {(256, 8, 128), (512, 2, 64)}
+    assert (full.moe.n_experts, full.moe.top_k, full.moe.hidden) == (128, 8, 704)
+    with torch.device("meta"):
+        total = sum(p.numel() for p in DIFFUSION_GEMMA.build(full).parameters())
+    assert 25.0e9 < total < 25.5e9
+    p = PRESETS["diffusion-gemma-26b"]
+    two = DIFFUSION_GEMMA.to_config(p.config)
+    assert [s.sliding for s in two.layers] == [True, False] and two.layers == (full.layers[0], full.layers[5])
+    assert (p.prompt_tokens, p.block_length) == (64, full.canvas_length)

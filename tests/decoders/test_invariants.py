@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ripple.decoders import build, names
+from ripple.decoders import build, decoders_for, names
 from ripple.decoders.confidence import Confidence
 from ripple.platform.runtime.engine import Engine, GenerationConfig
 from ripple.testing import (FAMILIES, SCRIPTED_EOS, SCRIPTED_MASK, SCRIPTED_PROMPTS, SCRIPTED_VOCAB, check_decoder,
@@ -23,9 +23,10 @@ def _engine(script=None, shift=0):
     return scripted_engine({0: "full", 1: "shifted", "bc": "block_causal"}[shift], script)
 
 
-# every registered decoder at its defaults (a new decoder module is tested without editing this file),
-# plus settings that make the rules act on this scripted model
-DECODERS = [(name, {}) for name in names()] + [
+# every registered decoder of mask families (the scripted model is one; by the declared `noise`) at its
+# defaults (a new decoder module is tested without editing this file), plus settings that make the rules
+# act on this scripted model. Renoising decoders: test_renoising_invariants below, on diffusion-gemma-tiny.
+DECODERS = [(name, {}) for name in decoders_for("mask")] + [
     ("confidence", {"tau": "0.3"}), ("confidence", {"factor": "1.0"}),
     ("klass", {"tau": "0.2", "kappa": "50.0", "H": "1"}), ("eb_sampler", {"gamma": "3.0"}),
     ("wino", {"tau1": "0.2", "tau2": "0.95"}), ("lopa", {"tau": "0.5", "branches": "3"}),
@@ -198,3 +199,77 @@ def tiny(request, golden):
 def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
     """Every decoder with every cache policy on every family's golden checkpoint (ripple.testing)."""
     check_decoder_on_model(lambda: decoder(name, settings), tiny, caches=[cache])
+
+
+
+class CountedGemma:
+    """A uniform-noise model that counts its decoder forwards and encoder passes per row."""
+
+    def __init__(self, model):
+        self.model, self.decodes, self.encodes = model, 0, 0
+        self.noise, self.family, self.vocab_size = model.noise, model.family, model.vocab_size
+
+    def encode(self, ids, *args, **kwargs):
+        self.encodes += ids.shape[0]
+        return self.model.encode(ids, *args, **kwargs)
+
+    def decode(self, canvas, *args, **kwargs):
+        self.decodes += canvas.shape[0]
+        return self.model.decode(canvas, *args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def gemma(golden):
+    from ripple.platform.runtime.loading import load_model
+
+    return load_model(str(golden / "diffusion-gemma-tiny"), "float32", "cpu")
+
+
+RENOISING = [(name, {}) for name in decoders_for("uniform")] + [
+    ("renoise", {"steps": "6", "entropy_bound": "2.0", "confidence": "1.5", "t_max": "0.3", "t_min": "0.1"}),
+    ("renoise", {"steps": "4", "stability": "0", "confidence": "9.0"})]
+
+
+@pytest.mark.parametrize("cache", ["prefix", "none"])
+@pytest.mark.parametrize("name,settings", RENOISING)
+def test_renoising_invariants(gemma, name, settings, cache):
+    """Every renoising decoder on diffusion-gemma-tiny: no canvas holds a mask id (the family has none:
+    every token is a vocabulary id), a canvas ends within the decoder's bound of forwards, NFE equals the
+    model calls made (decoder forwards and encoder passes), a seed decides the tokens, and a batch with
+    other seeds equals single runs."""
+    from ripple.decoders import get
+
+    bound = get(name)(get(name).Params.from_strings(name, settings)).max_canvas_forwards
+
+    def run(prompts, seeds, events=None):
+        model = CountedGemma(gemma.model)
+        engine = Engine(model, mask_id=gemma.mask_id, eos_ids=gemma.eos_ids, pad_id=gemma.pad_id)
+        outs = engine.generate(prompts, decoder(name, settings), GenerationConfig(12, 4, cache, block_aligned=True),
+                               trace=None if events is None else events.append, seeds=seeds)
+        return outs, model
+
+    prompts, seeds = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19]], [3, 4, 5]
+    singles = []
+    for p, s in zip(prompts, seeds):
+        events = []
+        (out,), model = run([p], [s], events)
+        assert engine_mask_free(out, events, gemma.model.vocab_size)
+        steps = [e for e in events if e["phase"] == "step"]
+        for k in {e["canvas"] for e in steps}:
+            n = [e for e in steps if e["canvas"] == k]
+            assert 1 <= len(n) <= bound and [e["end"] for e in n] == [False] * (len(n) - 1) + [True]
+        assert out.nfe == model.decodes + model.encodes and out.encoder_nfe == model.encodes
+        assert len(steps) == model.decodes and out.encoder_nfe == sum(e["phase"] == "encode" for e in events)
+        again = run([p], [s])[0][0]
+        assert again.tokens == out.tokens and again.nfe == out.nfe  # deterministic for a seed
+        singles.append(out)
+    batch, model = run(prompts, seeds)
+    assert [b.tokens for b in batch] == [s.tokens for s in singles]
+    assert [b.nfe for b in batch] == [s.nfe for s in singles]
+    assert model.decodes + model.encodes == sum(s.nfe for s in singles)  # a finished row is not forwarded
+
+
+def engine_mask_free(out, events, vocab: int) -> bool:
+    """Every canvas the engine fed and every emitted token is a vocabulary id (never a mask: there is none)."""
+    fed = [t for e in events if e["phase"] == "step" for t in e["input"] + e["argmax"]]
+    return all(0 <= t < vocab for t in fed + list(out.tokens))

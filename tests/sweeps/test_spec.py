@@ -11,7 +11,7 @@ BASE = {"model": "ripple-tiny", "tasks": {"arith": {"limit": 3}}, "decoder": "rp
 
 
 def test_shipped_specs_validate():
-    assert shipped_sweep_specs() == ["rps-bd-freefunc", "rps-freefunc", "rps-lambda", "rps-table3", "tiny-demo"]
+    assert shipped_sweep_specs() == ["diffusion-gemma", "rps-bd-freefunc", "rps-freefunc", "rps-lambda", "rps-table3", "tiny-demo"]
     for name, model in (("rps-freefunc", "ripple-tiny"), ("rps-bd-freefunc", "ripple-tiny-bd")):
         dev = load_sweep_spec(name)
         assert dev.split == "dev" and dev.tasks == (("freefunc", 200, "{}"),) and dev.model == model  # tuned off the test problems
@@ -101,7 +101,7 @@ def test_malformed_spec_is_one_line_exit_2(tmp_path, capsys, text, message):
 
 def test_cli_usage_errors_and_dry_run(tmp_path, capsys):
     assert main(["sweep", "no-such-spec", "--experiment", "x"]) == 2
-    assert "shipped spec: rps-bd-freefunc, rps-freefunc, rps-lambda, rps-table3, tiny-demo" in capsys.readouterr().err
+    assert "shipped spec: diffusion-gemma, rps-bd-freefunc, rps-freefunc, rps-lambda, rps-table3, tiny-demo" in capsys.readouterr().err
     assert main(["sweep", "tiny-demo", "--experiment", "x", "--trials", "3"]) == 2
     assert "--trials applies to random and optuna" in capsys.readouterr().err
     assert main(["sweep", "tiny-demo", "--experiment", "bad name"]) == 2
@@ -122,3 +122,14 @@ def test_eos_early_stop_reaches_every_trial_cell():
     assert {c.cell_id for c in cells}.isdisjoint(c.cell_id for c in plain)
     with pytest.raises(RippleError, match="eos_early_stop"):
         parse_sweep_spec({**BASE, "eos_early_stop": "yes please"}, "t.yaml")
+
+
+def test_the_diffusion_gemma_sweep_searches_renoise_dataclass_ranges():
+    from ripple.decoders import get
+
+    spec = load_sweep_spec("diffusion-gemma")
+    assert spec.decoder == "renoise" and not spec.baseline and spec.cache == "prefix"
+    fields = get("renoise").Params.fields_by_name()
+    assert [d.name for d in spec.space.dims] == list(fields)
+    for d in spec.space.dims:  # every range is the dataclass's `search=`
+        assert (d.lo, d.hi) == fields[d.name].metadata["search"] and d.kind is type(fields[d.name].default)

@@ -6,6 +6,7 @@ overlaps decoding. The cell's numbers come from the metrics module, like every s
 """
 from __future__ import annotations
 
+import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,6 +34,8 @@ class SampleResult:
     tps: float
     canvas_tps: float
     edits: int = 0  # token edits (editing decoders)
+    encoder_nfe: int = 0  # of nfe, encoder passes (a uniform-noise family)
+    seed: int | None = None  # the sample's seed (`sample_seed`) when its decoder draws (renoise), else None
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,15 @@ class CellResult:
         return {**self.settings, **self.stats.metrics(), "n": self.n}
 
 
+def sample_seed(seed: int, sample_id: str) -> int:
+    """The seed of one sample's random generator in a cell run with `seed`: the first 8 bytes of
+    sha256("{seed}:{sample_id}"), big-endian, as a non-negative 63-bit integer. It depends on the
+    cell's seed and the sample's id only, so a sample draws the same tokens in any batch, order,
+    worker or device, and `ripple eval --seed S` gives the grid's tokens."""
+    digest = hashlib.sha256(f"{seed}:{sample_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+
+
 def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
     """The response up to the first end-of-sequence token, cut at the first stop sequence."""
     text = tokenizer.decode(list(out.tokens[: out.generated_tokens]), skip_special_tokens=True)
@@ -74,31 +86,40 @@ def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
 
 
 def run_sample(engine: Engine, tokenizer, task, example, decoder: Scheduler, config: GenerationConfig,
-               chat: bool | str = False) -> tuple[list[int], SampleOutput, str]:
+               chat: bool | str = False, seed: int = 0) -> tuple[list[int], SampleOutput, str]:
     """Decode one example: (prompt ids, engine output, completion text cut at the task's stops)."""
-    return run_batch(engine, tokenizer, task, [example], decoder, config, chat=chat)[0]
+    return run_batch(engine, tokenizer, task, [example], decoder, config, chat=chat, seed=seed)[0]
 
 
 def run_batch(engine: Engine, tokenizer, task, examples, decoder: Scheduler, config: GenerationConfig,
-              chat: bool | str = False) -> list[tuple[list[int], SampleOutput, str]]:
+              chat: bool | str = False, seed: int = 0) -> list[tuple[list[int], SampleOutput, str]]:
     """Decode several examples in one engine call (left-padded rows, per-row NFE): for each, as
-    `run_sample`. The tokens equal those of one call per example (`ripple.bench.batch_equivalence`)."""
+    `run_sample`. The tokens equal those of one call per example (`ripple.bench.batch_equivalence`).
+    Each example's generator is seeded with `sample_seed(seed, example.id)`."""
     prompts = [encode_example(tokenizer, ex, chat=chat) for ex in examples]
-    outs = engine.generate(prompts, decoder, config)
+    outs = engine.generate(prompts, decoder, config, seeds=[sample_seed(seed, ex.id) for ex in examples])
     return [(ids, out, completion_text(tokenizer, out, task.stop_sequences)) for ids, out in zip(prompts, outs)]
 
 
-def sample_result(example, ids: list[int], out: SampleOutput, text: str, score) -> SampleResult:
+def drawn_seed(decoder: Scheduler, seed: int, sample_id: str) -> int | None:
+    """The seed a record carries for a sample: `sample_seed` when the decoder draws (a renoising
+    decoder), None for the greedy mask decoders, which never use it."""
+    return sample_seed(seed, sample_id) if decoder.noise == "uniform" else None
+
+
+def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, seed: int | None = None
+                  ) -> SampleResult:
     """The record of one decoded and scored example."""
     return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
                         out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
-                        out.edits)
+                        out.edits, out.encoder_nfe, seed)
 
 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
                   limit: int | None = None, split: str = "test", progress: bool = True, chat: bool | str = False,
-                  on_sample: Callable[[SampleResult], None] | None = None) -> CellResult:
-    """Decode and score the first `limit` examples of `task`, one at a time, in order."""
+                  on_sample: Callable[[SampleResult], None] | None = None, seed: int = 0) -> CellResult:
+    """Decode and score the first `limit` examples of `task`, one at a time, in order (each with its
+    own seed, `sample_seed(seed, example id)`)."""
     from ...progress import progress as progress_bar
 
     from ...errors import RippleError
@@ -108,17 +129,18 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
     examples = task.examples(split, limit)
     engine = Engine.from_loaded(lm)
     settings = {"model": lm.name, "task": task.name, "decoder": decoder.name, "params": decoder.params.to_dict(),
-                "gen_length": config.gen_length, "block_length": config.block_length, "cache": config.cache}
+                "gen_length": config.gen_length, "block_length": config.block_length, "cache": config.cache,
+                "seed": seed}
     results: list[SampleResult] = []
     with ThreadPoolExecutor(max_workers=2) as pool:
         pending = []
         bar = progress_bar(examples, disable=not progress, desc=f"{task.name}/{decoder.name}", unit="sample",
                            leave=False)
         for ex in bar:
-            ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat)
+            ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat, seed=seed)
             pending.append((ex, ids, out, text, pool.submit(task.score, ex, text)))
         for ex, ids, out, text, fut in pending:
-            res = sample_result(ex, ids, out, text, fut.result())
+            res = sample_result(ex, ids, out, text, fut.result(), drawn_seed(decoder, seed, ex.id))
             results.append(res)
             if on_sample:
                 on_sample(res)

@@ -10,6 +10,7 @@ Python code does the same with `import ripple.platform.experiments.harness` befo
   `batch_size` (the same tokens as one at a time), cuts the text at the request's `until` and
   keeps at most `max_gen_toks` tokens; each request's arguments gain a `ripple` entry with its
   NFE, generated tokens, decode seconds, TPS and TPF, which the harness writes to its sample logs.
+  A decoder that draws (renoise) seeds request i's generator with `sample_seed(seed, "i")`.
 - `loglikelihood` is LLaDA's Monte-Carlo estimate (ML-GSAI/LLaDA `get_log_likelihood.py`):
   `mc_num` draws in batches of `mc_batch`; each row masks a stratified number of the
   continuation's tokens at random places, and the masked tokens' cross-entropy is reweighted
@@ -43,6 +44,7 @@ from ...tasks.base import cut_at_stops
 from ...tasks.prompting import encode_text
 from ..runtime.engine import Engine, GenerationConfig
 from ..runtime.loading import load_model, resolve_model_dir
+from .evaluate import sample_seed
 
 MODEL_NAME = "ripple"
 # model_args besides the decoder's hyperparameters (the harness adds batch_size, max_batch_size, device)
@@ -172,7 +174,8 @@ class RippleLM(LM):
                     raise RippleError("ripple decodes by its decoder's rule; gen_kwargs do_sample=true or "
                                       "temperature>0 are not supported (give a greedy task or drop them)")
                 prompts.append(encode_text(self.tokenizer, context))
-            outs = self.engine.generate(prompts, self.decoder, self.config)
+            outs = self.engine.generate(prompts, self.decoder, self.config,
+                                        seeds=[sample_seed(self.seed, str(i)) for i, _ in chunk])
             for (i, req), out in zip(chunk, outs):
                 context, kwargs = req.args[0], dict(req.args[1])
                 keep = out.generated_tokens

@@ -469,13 +469,15 @@ class SpecParser:
                  ) -> list[tuple[str, dict[str, list[tuple]], frozenset | None]]:
         """Each entry: (name, {task: [params, ...]}, models it is restricted to). `task_params`
         override `params` for the tasks they name (the KLASS release tunes per task). `decoders: all`
-        is every registered decoder at its defaults, in display order; so is an entry `all` in a list
-        (then further entries add settings)."""
-        from ...decoders import get, names
+        is every registered decoder of mask families at its defaults, in display order; so is an entry
+        `all` in a list (then further entries add settings). Renoising decoders (uniform-noise
+        families such as DiffusionGemma) are named, never implied by `all`."""
+        from ...decoders import decoders_for, get
 
         if value == "all":
-            value = names()
-        entries = [e for entry in self.as_list(value, "decoders") for e in (names() if entry == "all" else [entry])]
+            value = decoders_for("mask")
+        entries = [e for entry in self.as_list(value, "decoders")
+                   for e in (decoders_for("mask") if entry == "all" else [entry])]
         out = []
         for entry in entries:
             if isinstance(entry, str):

@@ -111,6 +111,10 @@ class SampleRecord(DecodeSettings):
     nfe: int | None = None
     lookahead_nfe: int | None = None
     edits: int | None = None  # token edits (editing decoders; None: stored before records carried it)
+    encoder_nfe: int | None = None  # of nfe, encoder passes (a uniform-noise family; None: stored before records carried it)
+    # the seed of the sample's own generator, sample_seed(seed, sample_id) (ripple/platform/experiments/
+    # evaluate.py), when its decoder draws (renoise); None for the greedy mask decoders
+    sample_seed: int | None = None
     decode_seconds: float | None = None
     tps: float | None = None
     canvas_tps: float | None = None
@@ -154,7 +158,8 @@ KEY = ["cell_id", "sample_id"]
 # columns added after stores were first written, with the value a record written before them means
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
                                  "eos_early_stop": False, "chat_form": "singleturn",
-                                 "task_options": "{}", "block_align": "response", "plugins": None}
+                                 "task_options": "{}", "block_align": "response", "plugins": None,
+                                 "encoder_nfe": None, "sample_seed": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 

@@ -143,7 +143,7 @@ class SampleWorker:
 
         from ...decoders import build
         from ..runtime.engine import GenerationConfig
-        from .evaluate import run_batch
+        from .evaluate import drawn_seed, run_batch
 
         if not items:
             return []
@@ -163,7 +163,7 @@ class SampleWorker:
                 task = self._task(cell.task, cell.task_options)
                 torch.manual_seed(cell.seed)
                 decoded = run_batch(self.engine, self.lm.tokenizer, task, [it.example for it in items], decoder,
-                                    config, chat=cell.prompt_chat)
+                                    config, chat=cell.prompt_chat, seed=cell.seed)
         except Exception as exc:  # the failure becomes the stored records (DESIGN: never dropped)
             return [it.record(error=f"{type(exc).__name__}: {exc}", **where, **batch) for it in items]
         batch["batch_seconds"] = max(out.decode_seconds for _, out, _ in decoded)  # rows share the clock
@@ -176,7 +176,8 @@ class SampleWorker:
                 continue
             records.append(item.record(
                 prompt_tokens=len(ids), completion=text, generated_tokens=out.generated_tokens, nfe=out.nfe,
-                lookahead_nfe=out.lookahead_nfe, edits=out.edits, decode_seconds=out.decode_seconds, tps=out.tps,
+                lookahead_nfe=out.lookahead_nfe, edits=out.edits, encoder_nfe=out.encoder_nfe,
+                sample_seed=drawn_seed(decoder, cell.seed, item.example.id), decode_seconds=out.decode_seconds, tps=out.tps,
                 canvas_tps=out.canvas_tps, correct=bool(score.correct), score=dumps(score.details), **where,
                 **batch))
         return records

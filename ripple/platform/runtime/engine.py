@@ -48,6 +48,11 @@ response, whatever `stop_at_eos` says. `eos_early_stop` (any family) also ends a
 after a decision that committed an EOS when no mask lies between the response start and the
 first EOS (LLaDA2's `eos_early_stop`: same tokens up to that EOS, fewer forwards).
 
+Uniform-noise families (DiffusionGemma: the model declares `noise = "uniform"`) have no masks and
+no block loop of this kind: `generate` refuses a decoder whose declared `noise` differs from the
+model's, in one line naming what the model needs, and hands a uniform-noise model to the renoising
+loop (ripple/platform/runtime/renoising.py), which owns each sample's random generator.
+
 `trace` receives every decision as a JSON-able event; `observe` (diagnostics, e.g. the
 batch-equivalence check) also receives the tensors each decision reads, under the same
 (block, step, phase) key as its trace event.
@@ -63,6 +68,8 @@ import torch
 from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
 from ...errors import RippleError
 from .models.transformer import KVCache
+from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
+from .renoising import RenoisingRun
 
 TraceFn = Callable[[dict[str, Any]], None]
 BLOCK_ALIGNS = ("response", "absolute")
@@ -107,6 +114,8 @@ def _check_plan(dec: Scheduler, plan) -> None:
         raise RippleError(f"decoder {dec.name!r} asked for a shadow forward but does not declare uses_shadow")
     if len(plan.edit) and not dec.edits_tokens:
         raise RippleError(f"decoder {dec.name!r} planned token edits but does not declare edits_tokens")
+    if plan.sample is not None or plan.keep is not None or plan.carry is not None or plan.end:
+        raise RippleError(f"decoder {dec.name!r} planned a renoising step on a mask-noise family")
     if plan.defer and not dec.defers_masks:
         raise RippleError(f"decoder {dec.name!r} ended a block with masks left but does not declare defers_masks")
     if plan.extent is not None:
@@ -120,25 +129,6 @@ def _indivisible(gen_length: int, block_length: int) -> RippleError:
     divisors = (d for d in range(1, gen_length + 1) if gen_length % d == 0)
     return RippleError(f"gen_length {gen_length} is not divisible by block_length {block_length}; "
                        f"accepted block lengths: {', '.join(map(str, divisors))}")
-
-
-@dataclass(frozen=True)
-class SampleOutput:
-    tokens: tuple[int, ...]  # the gen_length response ids
-    nfe: int
-    lookahead_nfe: int  # of which packed lookahead forwards
-    decode_seconds: float
-    generated_tokens: int  # response tokens before the first end-of-sequence id
-    gen_length: int
-    edits: int = 0  # tokens rewritten by token editing (decoders that declare `edits_tokens`)
-
-    @property
-    def tps(self) -> float:
-        return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-    @property
-    def canvas_tps(self) -> float:
-        return self.gen_length / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
 def padding_mask(pad: torch.Tensor) -> torch.Tensor:
@@ -159,18 +149,16 @@ def block_causal_visibility(pad: torch.Tensor, positions: torch.Tensor, block: i
     return (vis | pad[:, q0:q1, None])[:, None]
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work, so a clock read after it sees the work done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class Engine:
     """Runs any decoder with any cache policy on a model with the DiffusionTransformer forward."""
 
     def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
                  max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None):
         self.model = model
+        # the kind of family (ripple/platform/runtime/models/family.py): a decoder must declare the same.
+        # Only a family's "uniform" counts: a model attribute called `noise` may be anything else
+        self.noise = "uniform" if getattr(model, "noise", "mask") == "uniform" else "mask"
+        self.family = str(getattr(model, "family", "this model"))
         self.shift = int(getattr(model, "shift", 0))
         # a shifted family must commit the block's first position at the opening (module docstring)
         self.opening_commit = bool(getattr(model, "opening_commit", self.shift > 0))
@@ -178,7 +166,9 @@ class Engine:
             raise RippleError(f"logit shift {self.shift} needs a model family with opening_commit; supported shifts: 0, 1")
         self.block_causal = bool(getattr(model, "block_causal", False))  # block diffusion (module docstring)
         self.stops_at_eos = bool(getattr(model, "stops_at_eos", False))
-        self.mask_id = int(mask_id)
+        if mask_id is None and self.noise == "mask":
+            raise RippleError(f"{self.family} is a mask-noise family but no mask id was given")
+        self.mask_id = -1 if mask_id is None else int(mask_id)  # -1: a uniform-noise family has none
         self.eos_ids = tuple(int(e) for e in eos_ids)
         self.pad_id = int(pad_id)
         self.max_positions = max_positions
@@ -193,12 +183,26 @@ class Engine:
     # ------------------------------------------------------------------ generate
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], decoder: Scheduler, config: GenerationConfig,
-                 trace: TraceFn | None = None, observe: ObserveFn | None = None) -> list[SampleOutput]:
+                 trace: TraceFn | None = None, observe: ObserveFn | None = None,
+                 seeds: Sequence[int] | None = None) -> list[SampleOutput]:
+        """Decode each prompt. `seeds`: one per prompt (default 0), the seed of the sample's own random
+        generator; only decoders that sample draw from it (renoising), greedy ones ignore it."""
+        from ...decoders.registry import check_noise
+
+        check_noise(decoder.name, self.family, self.noise)
         if config.cache not in decoder.supported_caches:
             raise RippleError(
                 f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                 f"supported: {', '.join(decoder.supported_caches)}"
             )
+        if self.noise == "uniform":  # renoising: whole canvases of block_length (ripple/platform/runtime/renoising.py)
+            if decoder.max_canvas_forwards < 1:
+                raise RippleError(f"decoder {decoder.name!r} declares no bound on a canvas's forwards")
+            seeds = [0] * len(prompts) if seeds is None else list(seeds)
+            canvases = -(-config.gen_length // config.block_length)
+            decoder.prepare(RunShape(config.gen_length, config.block_length, (canvases,) * len(prompts),
+                                     int(self.model.vocab_size), self.mask_id, self.model_dir))
+            return RenoisingRun(self, prompts, decoder, config, seeds, trace, observe).execute()
         if config.gen_length % config.block_length and not (self.block_causal or config.block_align == "absolute"):
             raise _indivisible(config.gen_length, config.block_length)
         run = _Run(self, prompts, decoder, config, trace, observe)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from ...errors import RippleError
 from .models import DiffusionTransformer, get_family
@@ -27,11 +28,11 @@ _END_OF_TURN_NAMES = ("<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_tex
 class LoadedModel:
     """A model ready for the engine plus the token facts the engine needs."""
 
-    model: DiffusionTransformer
+    model: DiffusionTransformer | nn.Module  # a uniform-noise family's own module (DiffusionGemma)
     name: str
     path: Path
     model_type: str
-    mask_id: int
+    mask_id: int | None  # None only for a uniform-noise family (no mask token)
     eos_ids: tuple[int, ...]  # every end-of-sequence / end-of-turn id
     pad_id: int
     max_positions: int
@@ -42,7 +43,7 @@ class LoadedModel:
 
     @property
     def shift(self) -> int:
-        return self.model.shift
+        return getattr(self.model, "shift", 0)  # a uniform-noise family does not shift
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -232,7 +233,7 @@ def _read_into(fh, entry: _Entry, dst: torch.Tensor, f: Path) -> None:
         raise RippleError(f"checkpoint file {f} is corrupt or unreadable (tensor {entry.key!r} is truncated)")
 
 
-def _load_weights(model: DiffusionTransformer, files: list[Path], rename, tied: bool, device, dtype) -> None:
+def _load_weights(model: nn.Module, files: list[Path], rename, tied: bool, device, dtype) -> None:
     """Stream every tensor, one at a time, into its parameter on `device` in `dtype`.
 
     A key the family renames to (name, index) fills `param[index]` of a stacked parameter (MoE
@@ -320,39 +321,62 @@ def _as_ids(value) -> list[int]:
     return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
 
 
-def special_ids(cfg: dict, path: Path, tokenizer) -> tuple[int, tuple[int, ...], int]:
-    """mask id, end-of-sequence ids and pad id, from config files and the tokenizer."""
+def special_ids(cfg: dict, path: Path, tokenizer, needs_mask: bool = True) -> tuple[int | None, tuple[int, ...], int]:
+    """mask id (None when not `needs_mask` and none is named: a uniform-noise family), end-of-sequence
+    ids and pad id, from config files and the tokenizer."""
     mask_id = cfg.get("mask_token_id")
     if mask_id is None and tokenizer is not None:
         mask_id = tokenizer.mask_token_id
-    if mask_id is None:
+    if mask_id is None and needs_mask:
         raise RippleError(f"checkpoint {path}: no mask_token_id in config.json nor a mask token in the tokenizer")
     eos = _as_ids(cfg.get("eos_token_id"))
-    gen_cfg = path / "generation_config.json"
+    gen_cfg, gen = path / "generation_config.json", {}
     if gen_cfg.exists():
         try:
-            eos += _as_ids(json.loads(gen_cfg.read_text()).get("eos_token_id"))
+            gen = json.loads(gen_cfg.read_text())
         except json.JSONDecodeError:
             raise RippleError(f"checkpoint {path}: generation_config.json is not valid JSON") from None
+        eos += _as_ids(gen.get("eos_token_id"))
     if tokenizer is not None:
         eos += _as_ids(tokenizer.eos_token_id)
         vocab = tokenizer.get_vocab()
         eos += [vocab[n] for n in _END_OF_TURN_NAMES if n in vocab]
     eos_ids = tuple(dict.fromkeys(e for e in eos if e != mask_id))
     pad = cfg.get("pad_token_id")
+    if pad is None:
+        pad = gen.get("pad_token_id")
     if pad is None and tokenizer is not None:
         pad = tokenizer.pad_token_id
     if pad is None:
         pad = eos_ids[0] if eos_ids else 0
-    return int(mask_id), eos_ids, int(pad)
+    return None if mask_id is None else int(mask_id), eos_ids, int(pad)
 
 
 def block_aligned(name: str, gen_length: int, block_length: int) -> bool:
     """Whether a gen_length that is no multiple of block_length is fine for this model: a block-diffusion
-    family's (read from config.json before any weights load; only asked when they do not divide)."""
+    family's, or a uniform-noise family's, which decodes whole canvases (read from config.json before any
+    weights load; only asked when they do not divide)."""
     if block_length <= 0 or gen_length % block_length == 0:
         return False
-    return get_family(read_config(resolve_model_dir(name))["model_type"]).block_causal
+    family = get_family(read_config(resolve_model_dir(name))["model_type"])
+    return family.block_causal or family.noise == "uniform"
+
+
+def config_noise(name: str) -> tuple[str, str]:
+    """(family name, its noise) from config.json's model_type, read before any weights load."""
+    family = get_family(read_config(resolve_model_dir(name))["model_type"])
+    return family.name, family.noise
+
+
+def generation_defaults(name: str) -> dict:
+    """The model's generation_config.json ({} when it has none), read before any weights load."""
+    path = resolve_model_dir(name) / "generation_config.json"
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise RippleError(f"checkpoint {path.parent}: generation_config.json is not valid JSON") from None
 
 
 def config_mask_id(name: str) -> int | None:
@@ -375,7 +399,9 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedMo
     _load_weights(model, files, family.rename, family.tied_head(cfg), dev, dt)
     model.eval().requires_grad_(False)
     tokenizer = load_tokenizer(path)
-    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer)
+    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask")
+    if family.noise == "uniform":  # its generate stops on the generation config's list alone
+        eos_ids = tuple(_as_ids(generation_defaults(str(path)).get("eos_token_id"))) or eos_ids
     return LoadedModel(
         model=model, name=name, path=path, model_type=family.name, mask_id=mask_id, eos_ids=eos_ids,
         pad_id=pad_id, max_positions=family.max_positions(cfg), device=dev, dtype=dt,

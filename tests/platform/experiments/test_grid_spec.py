@@ -18,7 +18,7 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "field", "kv-cache", "length-robustness", "llada2", "llada2.1", "paper-table1",
+    assert shipped_specs() == ["demo", "diffusion-gemma", "field", "kv-cache", "length-robustness", "llada2", "llada2.1", "paper-table1",
                               "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
@@ -190,7 +190,7 @@ def test_malformed_spec_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, 
 def test_missing_and_unreadable_spec_files(tmp_path, capsys):
     assert main(["grid", str(tmp_path / "nope.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, field, kv-cache" in err
+    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, diffusion-gemma, field, kv-cache" in err
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     assert main(["grid", str(tmp_path / "binary.yaml")]) == 2
     err = capsys.readouterr().err
@@ -319,3 +319,20 @@ def test_chat_forms_have_ids_of_their_own():
 
     row = {c: None for c in SCHEMA if c != "chat_form"}
     assert _conform(pl.DataFrame([row], schema={c: SCHEMA[c] for c in row}))["chat_form"].to_list() == ["singleturn"]
+
+
+def test_the_diffusion_gemma_grid():
+    """26B-A4B-it on the four benchmarks, chat, renoise at the model card's defaults and two settings
+    with fewer forwards; whole canvases of the model's 256 tokens under the encoder's cache."""
+    from ripple.decoders import get
+
+    spec = load_spec("diffusion-gemma")
+    assert {c.model for c in spec.cells} == {"google/diffusiongemma-26B-A4B-it"}
+    assert {c.task for c in spec.cells} == {"gsm8k", "math500", "humaneval", "mbpp"} and len(spec.cells) == 12
+    assert {c.decoder for c in spec.cells} == {"renoise"} and all(c.chat for c in spec.cells)
+    assert {(c.gen_length, c.block_length, c.cache) for c in spec.cells} == {(256, 256, "prefix")}
+    settings = list(dict.fromkeys(dict(c.params)["steps"] for c in spec.cells))
+    card = get("renoise").Params().to_dict()  # its defaults: the model's generation_config.json
+    assert card == {"steps": 48, "t_max": 0.8, "t_min": 0.4, "entropy_bound": 0.1, "stability": 1, "confidence": 0.005}
+    assert dict(spec.cells[0].params) == card and settings[0] == 48 and all(s < 48 for s in settings[1:])
+    assert len(settings) == 3

@@ -1,7 +1,6 @@
 """LLaDA2 (llada2_moe): logits and `generate` trajectories of inclusionAI's reference code on
 llada2-tiny, the block-diffusion layout, and the MoE layer."""
 import json
-import shutil
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ from ripple.cli import main
 from ripple.decoders import build
 from ripple.platform.runtime.engine import Engine, GenerationConfig
 from ripple.platform.runtime.loading import load_model
+from tests.platform.runtime.checkpoints import changed_copy, refused_in_one_line
 from ripple.platform.runtime.models.moe import MoE, MoEConfig, per_expert_loop
 
 
@@ -144,10 +144,10 @@ def test_prefix_cache_is_exact_for_finished_blocks(llada2):
 
 
 def test_dual_behaves_as_prefix_for_every_decoder(llada2):
-    from ripple.decoders import names
+    from ripple.decoders import decoders_for
 
     engine = Engine.from_loaded(llada2)
-    for name in names():
+    for name in decoders_for("mask"):  # a block-diffusion family takes mask decoders
         runs = [engine.generate([[12, 40, 77, 3, 90, 15]], build(name), GenerationConfig(24, 8, cache))[0]
                 for cache in ("prefix", "dual")]
         assert (runs[0].tokens, runs[0].nfe) == (runs[1].tokens, runs[1].nfe), name
@@ -274,16 +274,7 @@ def test_moe_forward_makes_no_device_to_host_copy(llada2, monkeypatch):
 
 # ---------------------------------------------------------------- bad checkpoints
 def _copy(golden, tmp_path, **changes):
-    d = tmp_path / "ck"
-    shutil.copytree(golden / "llada2-tiny", d)
-    cfg = json.loads((d / "config.json").read_text())
-    for k, v in changes.items():
-        if v is None:
-            cfg.pop(k, None)
-        else:
-            cfg[k] = v
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
+    return changed_copy(golden / "llada2-tiny", tmp_path / "ck", changes)
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -296,12 +287,7 @@ def _copy(golden, tmp_path, **changes):
     ({"mask_token_id": None}, "no mask_token_id in config.json nor a mask token in the tokenizer"),
 ])
 def test_bad_llada2_configs_are_one_line_and_exit_2(golden, tmp_path, capsys, changes, message):
-    d = _copy(golden, tmp_path, **changes)
-    argv = ["generate", "--model", str(d), "--input-ids", "5,6,7", "--decoder", "default", "--gen-length", "8",
-            "--block-length", "8", "--device", "cpu"]
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    assert message in captured.err and captured.err.count("\n") == 1 and captured.out == ""
+    refused_in_one_line(capsys, _copy(golden, tmp_path, **changes), message)
 
 
 def test_mask_id_from_the_tokenizer_when_config_names_none(golden, tmp_path):

@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 from ripple.cli import main
 from ripple.platform.runtime.engine import Engine, GenerationConfig
 from ripple.platform.runtime.loading import load_model
+from tests.platform.runtime.checkpoints import changed_copy, refused_in_one_line
 from ripple.platform.runtime.models.moe import per_expert_loop
 from tests.platform.runtime import test_llada2 as block_diffusion
 
@@ -217,16 +218,7 @@ def test_sdar_moe_decodes_with_every_cache(sdar_moe):
 
 # ---------------------------------------------------------------- bad checkpoints
 def _copy(golden, tmp_path, **changes):
-    d = tmp_path / "ck"
-    shutil.copytree(golden / "sdar-tiny", d)
-    cfg = json.loads((d / "config.json").read_text())
-    for key, value in changes.items():
-        if value is None:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
+    return changed_copy(golden / "sdar-tiny", tmp_path / "ck", changes)
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -244,12 +236,7 @@ def _copy(golden, tmp_path, **changes):
       "decoder_sparse_step": 2}, "sdar_moe decoder_sparse_step 2 / mlp_only_layers None are not supported"),
 ])
 def test_bad_sdar_configs_are_one_line_and_exit_2(golden, tmp_path, capsys, changes, message):
-    d = _copy(golden, tmp_path, **changes)
-    argv = ["generate", "--model", str(d), "--input-ids", "5,6,7", "--decoder", "sequential", "--gen-length", "8",
-            "--block-length", "4", "--device", "cpu"]
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    assert message in captured.err and captured.err.count("\n") == 1 and captured.out == "", captured.err
+    refused_in_one_line(capsys, _copy(golden, tmp_path, **changes), message, decoder="sequential", block_length=4)
 
 
 def test_mask_id_from_the_tokenizer_when_config_names_none(golden, tmp_path):

@@ -5,8 +5,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from torch import nn
+
 from ....errors import RippleError
-from .transformer import DiffusionTransformer, TransformerConfig
+from .transformer import DiffusionTransformer
+
+NOISES = ("mask", "uniform")
 
 
 @dataclass(frozen=True)
@@ -14,7 +18,7 @@ class Family:
     name: str
     model_types: tuple[str, ...]  # lower-cased `model_type` values that select this family
     shift: int  # 1 when the prediction for position i is the logits at i-1
-    to_config: Callable[[dict[str, Any]], TransformerConfig]
+    to_config: Callable[[dict[str, Any]], Any]  # config.json -> what `build` takes (a TransformerConfig by default)
     # checkpoint key -> our parameter name (None: not a parameter we use), or (name, index) when the
     # tensor fills the sub-tensor `param[index]` of a stacked parameter (MoE experts)
     rename: Callable[[str], str | tuple[str, tuple[int, ...]] | None]
@@ -32,15 +36,30 @@ class Family:
     # decoding ends after a block that leaves an end-of-sequence token in the response, whatever
     # the run's stop_at_eos setting, as the family's reference generate does
     stops_at_eos: bool = False
+    # what a canvas starts from: "mask" (every position the mask id; mask decoders commit tokens) or
+    # "uniform" (random tokens that a renoising decoder denoises: DiffusionGemma); the engine's mask
+    # decoders refuse a uniform-noise family, whose checkpoints have no mask id
+    noise: str = "mask"
+    # the family's own module class, built as module(cfg, family=name, noise=noise) from `to_config`'s
+    # result; None: DiffusionTransformer with the mask-decoding properties above
+    module: Callable[..., nn.Module] | None = None
 
     def __post_init__(self):
         if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
             raise ValueError(f"family {self.name!r}: shift {self.shift} needs opening_commit (supported shifts: 0, 1)")
         if self.block_causal and self.shift:
             raise ValueError(f"family {self.name!r}: a block-causal family cannot shift its logits")
+        if self.noise not in NOISES:
+            raise ValueError(f"family {self.name!r}: noise {self.noise!r} is unknown; accepted: {', '.join(NOISES)}")
+        if self.noise != "mask" and (self.module is None or self.shift or self.opening_commit
+                                     or self.block_causal or self.stops_at_eos):
+            raise ValueError(f"family {self.name!r}: a {self.noise}-noise family brings its own module and "
+                             f"declares none of the mask engine's properties")
 
-    def build(self, cfg: TransformerConfig) -> DiffusionTransformer:
+    def build(self, cfg: Any) -> nn.Module:
         """The module for `cfg`, carrying the family's decoding properties for the engine."""
+        if self.module is not None:
+            return self.module(cfg, family=self.name, noise=self.noise)
         return DiffusionTransformer(cfg, shift=self.shift, opening_commit=self.opening_commit,
                                     block_causal=self.block_causal, stops_at_eos=self.stops_at_eos)
 

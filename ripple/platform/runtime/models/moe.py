@@ -8,7 +8,9 @@ experts among them) but *weighted* by the unbiased scores, normalised to sum 1 a
 `routed_scaling_factor`; the shared expert is added unweighted.
 Qwen3-MoE routing ("softmax"): softmax of the router logits in float32, the top-k experts
 by that probability, their weights renormalised to sum 1 when `norm_topk` (the config's
-`norm_topk_prob`); no groups, bias, scaling or shared expert.
+`norm_topk_prob`); no groups, bias, scaling or shared expert. DiffusionGemma (Gemma 4's MoE)
+routes the same way on a scaled input with per-expert weight scales and GELU experts
+(models/diffusion_gemma.py, through `MoE.mix`).
 
 Why not the reference's expert loop: it copies the per-expert token counts to the host in
 every layer (`.cpu().numpy()`, then `.item()` per expert) to slice the sorted tokens, so a
@@ -32,6 +34,10 @@ from torch import nn
 
 
 SCORE_FUNCTIONS = ("sigmoid", "softmax")
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,  # SwiGLU experts (LLaDA2, Qwen3-MoE)
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GeGLU experts (Gemma's gelu_pytorch_tanh)
+}
 _EXPERT_KEY = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 
 
@@ -59,6 +65,7 @@ class MoEConfig:
     routed_scaling: float
     score_function: str = "sigmoid"  # one of SCORE_FUNCTIONS: LLaDA2's grouped sigmoid, Qwen3-MoE's softmax
     norm_topk: bool = True  # softmax routing: renormalise the chosen k weights to sum 1
+    activation: str = "silu"  # one of ACTIVATIONS: the experts' gate activation
 
     def problems(self) -> list[str]:
         """What makes this routing impossible (empty when it works), for a one-line config error."""
@@ -68,6 +75,8 @@ class MoEConfig:
                 out.append(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.score_function not in SCORE_FUNCTIONS:
             out.append(f"score_function {self.score_function!r} is unknown; accepted: {', '.join(SCORE_FUNCTIONS)}")
+        if self.activation not in ACTIVATIONS:
+            out.append(f"activation {self.activation!r} is unknown; accepted: {', '.join(ACTIVATIONS)}")
         if out:
             return out
         if self.score_function == "softmax":
@@ -89,19 +98,18 @@ class MoEConfig:
         return out
 
 
-def _swiglu(x: torch.Tensor, gate: nn.Linear, up: nn.Linear, down: nn.Linear) -> torch.Tensor:
-    return down(F.silu(gate(x)) * up(x))
+class GatedMLP(nn.Module):
+    """down(act(gate x) * up x): a shared expert (SwiGLU), or Gemma's dense MLP and self-conditioning block."""
 
-
-class SharedExpert(nn.Module):
-    def __init__(self, d_model: int, hidden: int):
+    def __init__(self, d_model: int, hidden: int, activation: str = "silu"):
         super().__init__()
+        self.act = ACTIVATIONS[activation]
         self.gate = nn.Linear(d_model, hidden, bias=False)
         self.up = nn.Linear(d_model, hidden, bias=False)
         self.down = nn.Linear(hidden, d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _swiglu(x, self.gate, self.up, self.down)
+        return self.down(self.act(self.gate(x)) * self.up(x))
 
 
 @lru_cache(maxsize=None)  # asked once per device and dtype, not in every layer's forward
@@ -119,6 +127,7 @@ class MoE(nn.Module):
     def __init__(self, d_model: int, cfg: MoEConfig):
         super().__init__()
         self.cfg = cfg
+        self.act = ACTIVATIONS[cfg.activation]
         E, I = cfg.n_experts, cfg.hidden
         self.router = nn.Linear(d_model, E, bias=False)
         # LLaDA2's selection bias (aux-loss-free balancing); the checkpoint's buffer, stored in the model dtype
@@ -126,13 +135,13 @@ class MoE(nn.Module):
         # experts stacked for the grouped GEMM: [expert, gate | up, I, d], viewed as [E, 2I, d]
         self.w_gate_up = nn.Parameter(torch.empty(E, 2, I, d_model))
         self.w_down = nn.Parameter(torch.empty(E, d_model, I))  # [E, d, I]
-        self.shared = SharedExpert(d_model, I * cfg.n_shared) if cfg.n_shared else None
+        self.shared = GatedMLP(d_model, I * cfg.n_shared, cfg.activation) if cfg.n_shared else None
 
     @property
     def gate_up(self) -> torch.Tensor:
-        """[E, 2I, d]: each expert's gate rows then its up rows."""
-        E, _, I, d = self.w_gate_up.shape
-        return self.w_gate_up.view(E, 2 * I, d)
+        """[E, 2I, d]: each expert's gate rows then its up rows (a family that stores the checkpoint's own
+        [E, 2I, d] tensor in `w_gate_up` gets it as it is)."""
+        return self.w_gate_up.flatten(1, -2)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[T, d] -> chosen experts [T, k] and their float32 weights [T, k]."""
@@ -160,6 +169,14 @@ class MoE(nn.Module):
         shape = h.shape
         x = h.reshape(-1, shape[-1])  # [T, d]
         idx, w = self.route(x)
+        out = self.mix(x, idx, w, experts)  # [T, d]
+        if self.shared is not None:
+            out = out + self.shared(x)
+        return out.view(shape)
+
+    def mix(self, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: "ExpertFn | None" = None) -> torch.Tensor:
+        """The routed experts' weighted sum [T, d] for tokens x [T, d], chosen experts idx [T, k] and their
+        float32 weights w [T, k], sync-free (module docstring)."""
         if self.training:  # the trainer's expert-bias balancing reads the routing (training/block_diffusion.py)
             self.last_idx = idx.detach()
         if experts is None and self.training and torch.is_grad_enabled():
@@ -167,10 +184,7 @@ class MoE(nn.Module):
         elif experts is None:
             experts = MoE._grouped if _grouped_mm_works(x.device, x.dtype) else MoE._every_expert
         y = experts(self, x, idx)  # [T, k, d]
-        out = (y.float() * w[..., None]).sum(1).to(x.dtype)  # [T, d]
-        if self.shared is not None:
-            out = out + self.shared(x)
-        return out.view(shape)
+        return (y.float() * w[..., None]).sum(1).to(x.dtype)  # [T, d]
 
     def _grouped(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Each token's k expert outputs [T, k, d], by one grouped GEMM per projection."""
@@ -182,7 +196,7 @@ class MoE(nn.Module):
         ends = counts.cumsum(0).to(torch.int32)  # group ends, on the device
         xs = x.index_select(0, order // k)  # [T*k, d]
         gu = F.grouped_mm(xs, self.gate_up.transpose(1, 2), offs=ends)  # [T*k, 2I]
-        a = F.silu(gu[:, :I]) * gu[:, I:]
+        a = self.act(gu[:, :I]) * gu[:, I:]
         ys = F.grouped_mm(a, self.w_down.transpose(1, 2), offs=ends)  # [T*k, d]
         return torch.empty_like(ys).index_copy_(0, order, ys).view(T, k, -1)
 
@@ -190,7 +204,7 @@ class MoE(nn.Module):
         """Fallback without a grouped GEMM: every expert on every token, then each token's k picked."""
         I = self.cfg.hidden
         gu = torch.einsum("td,efd->etf", x, self.gate_up)  # [E, T, 2I]
-        ys = torch.einsum("eti,edi->etd", F.silu(gu[..., :I]) * gu[..., I:], self.w_down)  # [E, T, d]
+        ys = torch.einsum("eti,edi->etd", self.act(gu[..., :I]) * gu[..., I:], self.w_down)  # [E, T, d]
         t = torch.arange(x.shape[0], device=x.device)[:, None]
         return ys[idx, t]  # [T, k, d]
 
@@ -210,7 +224,7 @@ def _loop_experts(moe: MoE, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     for e, n in enumerate(counts):
         if n:
             gu = F.linear(xs[start:start + n], moe.gate_up[e])
-            outs.append(F.linear(F.silu(gu[:, :I]) * gu[:, I:], moe.w_down[e]))
+            outs.append(F.linear(moe.act(gu[:, :I]) * gu[:, I:], moe.w_down[e]))
             start += n
     ys = torch.cat(outs)
     y = torch.empty_like(ys)

@@ -95,19 +95,39 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        return self.weight * rms_norm(x, self.eps)
+
+
+def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / rms(x) over the last dim in float32 maths, back in x's dtype; no weight (RMSNorm's core,
+    and the weightless norms of Gemma-style models)."""
+    h = x.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def inv_frequencies(head_dim: int, theta: float, device: torch.device | None = None,
+                    rotated: int | None = None) -> torch.Tensor:
+    """RoPE inverse frequencies theta^(-2i / head_dim), one per pair of dims: [head_dim / 2]. With
+    `rotated`, only the first `rotated` pairs turn and the others get frequency 0, so rotate-half over
+    the whole head leaves them as they are (Gemma 4's "proportional" RoPE)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float) / head_dim))
+    if rotated is not None:
+        inv[rotated:] = 0.0
+    return inv
+
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype):
+    """cos/sin for explicit position ids [B, T] and inverse frequencies [D/2] -> [B, 1, T, D] each
+    (float32 maths, then `dtype`)."""
+    freqs = positions.float()[..., None] * inv_freq  # [B, T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
+    return emb.cos()[:, None].to(dtype), emb.sin()[:, None].to(dtype)
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
     """cos/sin for explicit position ids [B, T] -> [B, 1, T, D] each (float32 maths); D is the
     rotated width (a partial-rotary family passes its rotary dim: frequencies come from it)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float) / head_dim))
-    freqs = positions.float()[..., None] * inv_freq  # [B, T, D/2]
-    emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
-    return emb.cos()[:, None].to(dtype), emb.sin()[:, None].to(dtype)
+    return rope_cos_sin(positions, inv_frequencies(head_dim, theta, positions.device), dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -121,6 +141,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype: tor
     rot = x[..., :r].to(dtype)
     rot = (rot * cos + rotate_half(rot) * sin).to(x.dtype)
     return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), dim=-1)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+           scale: float | None = None) -> torch.Tensor:
+    """SDPA with grouped-query heads (query head h reads KV head h // (H / H_kv)): queries [B, H, T, D]
+    over keys and values [B, H_kv, K, D] -> [B, T, H * D]. `scale` None: 1 / sqrt(D)."""
+    B, H, T, D = q.shape
+    if k.shape[1] != H:
+        rep = H // k.shape[1]
+        k = k.repeat_interleave(rep, dim=1)  # [B, H, K, D]
+        v = v.repeat_interleave(rep, dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False, scale=scale)  # [B, H, T, D]
+    return out.transpose(1, 2).reshape(B, T, H * D)
 
 
 class Attention(nn.Module):
@@ -157,7 +190,6 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, mask, past_k, past_v, window):
         cfg = self.cfg
-        B, T, _ = x.shape
         q, k, v = self._project(x)  # [B, H, T, D], [B, Hkv, T, D] x2
         rope_dtype = torch.float32 if cfg.rope_full_precision else q.dtype
         q = apply_rope(q, cos, sin, rope_dtype)
@@ -169,13 +201,7 @@ class Attention(nn.Module):
             # canvas keys in position order (cached outside the window), then extras
             k = torch.cat((past_k[:, :, :w0], k[:, :, :n_win], past_k[:, :, w1:], k[:, :, n_win:]), dim=2)
             v = torch.cat((past_v[:, :, :w0], v[:, :, :n_win], past_v[:, :, w1:], v[:, :, n_win:]), dim=2)
-        if cfg.n_kv_heads != cfg.n_heads:
-            rep = cfg.n_heads // cfg.n_kv_heads
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)  # [B, H, T, D]
-        out = out.transpose(1, 2).reshape(B, T, cfg.n_heads * cfg.head_dim)
-        return self.o(out), fresh_k, fresh_v
+        return self.o(attend(q, k, v, mask)), fresh_k, fresh_v
 
 
 class Block(nn.Module):
