@@ -10,6 +10,7 @@
   id is committed, commits and edits only in the current block, NFE equals the forwards run,
   determinism, a batch equals single runs, and prefix/dual equal none in tokens where the family's
   cache is exact. `check_invariants` checks one decoded sample from its trace.
+  `check_renoising_decoder` is the same for a uniform-noise decoder on a renoising checkpoint.
 - `compare_trajectories`: a case list in the golden files' format against `ripple generate`.
 A failed check raises AssertionError saying what broke.
 """
@@ -289,6 +290,67 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
         tokens[cache] = [s.tokens for s in singles]
     if bc and "none" in tokens:
         assert all(t == tokens["none"] for t in tokens.values()), "block diffusion: a cache changed the tokens"
+
+
+class CountedRenoisingModel:
+    """A uniform-noise model that counts its decoder forwards and encoder passes per row."""
+
+    def __init__(self, model):
+        self.model, self.decodes, self.encodes = model, 0, 0
+        self.noise, self.family, self.vocab_size = model.noise, model.family, model.vocab_size
+
+    def encode(self, ids, *args, **kwargs):
+        self.encodes += ids.shape[0]
+        return self.model.encode(ids, *args, **kwargs)
+
+    def decode(self, canvas, *args, **kwargs):
+        self.decodes += canvas.shape[0]
+        return self.model.decode(canvas, *args, **kwargs)
+
+
+def check_renoising_decoder(make, lm, *, caches=("prefix", "none"), prompts=((5, 6, 7, 8, 9), (10, 11, 12),
+                            (13, 14, 15, 16, 17, 18, 19)), seeds=(3, 4, 5), gen_length: int = 12,
+                            block_length: int = 4) -> None:
+    """The renoising invariants on a loaded uniform-noise checkpoint (DiffusionGemma): no canvas the
+    engine feeds and no emitted token is outside the vocabulary (there is no mask id), a canvas ends
+    within the decoder's bound of forwards, NFE equals the model calls made (decoder forwards and
+    encoder passes), a seed decides the tokens, and a batch with other seeds equals single runs."""
+    from .platform.runtime.engine import Engine, GenerationConfig
+
+    bound = make().max_canvas_forwards
+    vocab = lm.model.vocab_size
+    for cache in caches:
+        cfg = GenerationConfig(gen_length, block_length, cache, block_aligned=True)
+
+        def run(batch, batch_seeds, events=None):
+            model = CountedRenoisingModel(lm.model)
+            engine = Engine(model, mask_id=lm.mask_id, eos_ids=lm.eos_ids, pad_id=lm.pad_id)
+            outs = engine.generate([list(p) for p in batch], make(), cfg,
+                                   trace=None if events is None else events.append, seeds=list(batch_seeds))
+            return outs, model
+
+        singles = []
+        for p, seed in zip(prompts, seeds):
+            events: list = []
+            (out,), model = run([p], [seed], events)
+            where = f"cache {cache}, prompt {list(p)}, seed {seed}"
+            fed = [t for e in events if e["phase"] == "step" for t in e["input"] + e["argmax"]]
+            assert all(0 <= t < vocab for t in fed + list(out.tokens)), f"{where}: a token outside the vocabulary"
+            steps = [e for e in events if e["phase"] == "step"]
+            for k in {e["canvas"] for e in steps}:
+                n = [e for e in steps if e["canvas"] == k]
+                assert 1 <= len(n) <= bound and [e["end"] for e in n] == [False] * (len(n) - 1) + [True], \
+                    f"{where}: canvas {k} did not end within {bound} forwards, once"
+            assert out.nfe == model.decodes + model.encodes and out.encoder_nfe == model.encodes, \
+                f"{where}: NFE {out.nfe} but {model.decodes} decoder forwards and {model.encodes} encoder passes"
+            assert len(steps) == model.decodes and out.encoder_nfe == sum(e["phase"] == "encode" for e in events)
+            again = run([p], [seed])[0][0]
+            assert (again.tokens, again.nfe) == (out.tokens, out.nfe), f"{where}: not deterministic for a seed"
+            singles.append(out)
+        batch, model = run(prompts, seeds)
+        assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles], \
+            f"cache {cache}: a batch decodes other tokens or forwards than single runs"
+        assert model.decodes + model.encodes == sum(s.nfe for s in singles), f"cache {cache}: a finished row ran"
 
 
 # ---------------------------------------------------------------------------- trajectories

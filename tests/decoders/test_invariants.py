@@ -8,9 +8,9 @@ import torch
 
 from ripple.decoders import build, decoders_for, names
 from ripple.decoders.confidence import Confidence
-from ripple.platform.runtime.engine import Engine, GenerationConfig
+from ripple.platform.runtime.engine import GenerationConfig
 from ripple.testing import (FAMILIES, SCRIPTED_EOS, SCRIPTED_MASK, SCRIPTED_PROMPTS, SCRIPTED_VOCAB, check_decoder,
-                            check_decoder_on_model, scripted_engine)
+                            check_decoder_on_model, check_renoising_decoder, scripted_engine)
 
 V, MASK, EOS = SCRIPTED_VOCAB, SCRIPTED_MASK, SCRIPTED_EOS
 CACHES = ["none", "prefix", "dual"]
@@ -202,22 +202,6 @@ def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
 
 
 
-class CountedGemma:
-    """A uniform-noise model that counts its decoder forwards and encoder passes per row."""
-
-    def __init__(self, model):
-        self.model, self.decodes, self.encodes = model, 0, 0
-        self.noise, self.family, self.vocab_size = model.noise, model.family, model.vocab_size
-
-    def encode(self, ids, *args, **kwargs):
-        self.encodes += ids.shape[0]
-        return self.model.encode(ids, *args, **kwargs)
-
-    def decode(self, canvas, *args, **kwargs):
-        self.decodes += canvas.shape[0]
-        return self.model.decode(canvas, *args, **kwargs)
-
-
 @pytest.fixture(scope="module")
 def gemma(golden):
     from ripple.platform.runtime.loading import load_model
@@ -237,39 +221,4 @@ def test_renoising_invariants(gemma, name, settings, cache):
     every token is a vocabulary id), a canvas ends within the decoder's bound of forwards, NFE equals the
     model calls made (decoder forwards and encoder passes), a seed decides the tokens, and a batch with
     other seeds equals single runs."""
-    from ripple.decoders import get
-
-    bound = get(name)(get(name).Params.from_strings(name, settings)).max_canvas_forwards
-
-    def run(prompts, seeds, events=None):
-        model = CountedGemma(gemma.model)
-        engine = Engine(model, mask_id=gemma.mask_id, eos_ids=gemma.eos_ids, pad_id=gemma.pad_id)
-        outs = engine.generate(prompts, decoder(name, settings), GenerationConfig(12, 4, cache, block_aligned=True),
-                               trace=None if events is None else events.append, seeds=seeds)
-        return outs, model
-
-    prompts, seeds = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19]], [3, 4, 5]
-    singles = []
-    for p, s in zip(prompts, seeds):
-        events = []
-        (out,), model = run([p], [s], events)
-        assert engine_mask_free(out, events, gemma.model.vocab_size)
-        steps = [e for e in events if e["phase"] == "step"]
-        for k in {e["canvas"] for e in steps}:
-            n = [e for e in steps if e["canvas"] == k]
-            assert 1 <= len(n) <= bound and [e["end"] for e in n] == [False] * (len(n) - 1) + [True]
-        assert out.nfe == model.decodes + model.encodes and out.encoder_nfe == model.encodes
-        assert len(steps) == model.decodes and out.encoder_nfe == sum(e["phase"] == "encode" for e in events)
-        again = run([p], [s])[0][0]
-        assert again.tokens == out.tokens and again.nfe == out.nfe  # deterministic for a seed
-        singles.append(out)
-    batch, model = run(prompts, seeds)
-    assert [b.tokens for b in batch] == [s.tokens for s in singles]
-    assert [b.nfe for b in batch] == [s.nfe for s in singles]
-    assert model.decodes + model.encodes == sum(s.nfe for s in singles)  # a finished row is not forwarded
-
-
-def engine_mask_free(out, events, vocab: int) -> bool:
-    """Every canvas the engine fed and every emitted token is a vocabulary id (never a mask: there is none)."""
-    fed = [t for e in events if e["phase"] == "step" for t in e["input"] + e["argmax"]]
-    return all(0 <= t < vocab for t in fed + list(out.tokens))
+    check_renoising_decoder(lambda: decoder(name, settings), gemma, caches=[cache])
