@@ -385,18 +385,19 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         cls = task_class(name)
         data = ", ".join(getattr(cls, "hub_ids", ())) or "generated (synthetic)"
         plugin = task_source(name)
-        rows.append({"task": name, "metric": cls.metric, "data": data,
-                     "source": "built-in" if plugin is None else str(plugin), "options": list(cls.options),
+        # `source` is where the data come from (as before plugins existed); `provider` where the task does
+        rows.append({"task": name, "metric": cls.metric, "source": data,
+                     "provider": "built-in" if plugin is None else str(plugin), "options": list(cls.options),
                      "doc": ((cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines() or [""])[0]})
-    broken = [{"task": b.name, "source": str(b.source), "refused": b.error} for b in refused_tasks()]
+    broken = [{"task": b.name, "provider": str(b.source), "refused": b.error} for b in refused_tasks()]
     if args.json:
         print(json.dumps(rows + broken))
         return 0
     width = max(len(r["task"]) for r in rows + broken)
     for r in rows:
-        print(f"{r['task']:<{width}}  {r['metric']:<12} {r['source']:<10} {r['data']}")
+        print(f"{r['task']:<{width}}  {r['metric']:<12} {r['provider']:<10} {r['source']}")
     for b in broken:
-        print(f"{b['task']:<{width}}  REFUSED ({b['source']}): {b['refused']}")
+        print(f"{b['task']:<{width}}  REFUSED ({b['provider']}): {b['refused']}")
     return 0
 
 
@@ -416,19 +417,19 @@ def cmd_decoders(args: argparse.Namespace) -> int:
         hps = [{"name": public_name(f), "default": f.default, "accepted": range_text(f.metadata, field_kind(f)),
                 "search": list(f.metadata["search"]) if f.metadata.get("search") else None,
                 "doc": f.metadata.get("doc", "")} for f in dataclasses.fields(cls.Params)]
-        rows.append({"decoder": name, "source": "built-in" if plugin is None else str(plugin),
+        rows.append({"decoder": name, "provider": "built-in" if plugin is None else str(plugin),
                      "properties": {k: list(v) if isinstance(v, tuple) else v for k, v in props.items()},
                      "hyperparameters": hps})
-    broken = [{"decoder": b.name, "source": str(b.source), "refused": b.error} for b in refused()]
+    broken = [{"decoder": b.name, "provider": str(b.source), "refused": b.error} for b in refused()]
     if args.json:
         print(json.dumps(rows + broken))
         return 0
     for b in broken:
-        print(f"{b['decoder']}  ({b['source']}; REFUSED: {b['refused']})")
+        print(f"{b['decoder']}  ({b['provider']}; REFUSED: {b['refused']})")
     for r in rows:
         declared = [k for k, v in r["properties"].items() if v is True]
         caches = ",".join(r["properties"]["supported_caches"])
-        print(f"{r['decoder']}  ({r['source']}; caches {caches}{'; ' + ', '.join(declared) if declared else ''})")
+        print(f"{r['decoder']}  ({r['provider']}; caches {caches}{'; ' + ', '.join(declared) if declared else ''})")
         for h in r["hyperparameters"]:
             print(f"    {h['name']} = {h['default']!r}  ({h['accepted']})")
     return 0

@@ -85,7 +85,7 @@ def test_the_decoder_guide_from_an_empty_folder_to_a_leaderboard_row(env):
         assert "1 passed" in out["python -m"]  # the plugin's own suite, on ripple.testing's checks
         listed = env.run("ripple decoders --json", folder)
         row = next(r for r in json.loads(listed.stdout) if r["decoder"] == "lowest_entropy")
-        assert row["source"] == "ripple-lowest-entropy==0.1.0"
+        assert row["provider"] == "ripple-lowest-entropy==0.1.0"
         assert row["hyperparameters"] == [{"name": "max_entropy", "default": 0.5, "accepted": "float in [0.0, inf]",
                                            "search": [0.1, 2.0], "doc": row["hyperparameters"][0]["doc"]}]
         assert "ripple-lowest-entropy==0.1.0" in out["ripple decoders"]
@@ -162,9 +162,9 @@ def test_broken_plugins_are_refused_in_one_line_and_break_nothing_else(env):
         rps = env.run(generate + "rps", folder)  # the built-in wins the collision and everything else works
         assert rps.stderr.count("warning") <= 1 and "-- nfe" in rps.stderr, rps.stderr
         listed = json.loads(env.run("ripple decoders --json", folder).stdout)
-        assert next(r for r in listed if r["decoder"] == "rps" and "refused" not in r)["source"] == "built-in"
+        assert next(r for r in listed if r["decoder"] == "rps" and "refused" not in r)["provider"] == "built-in"
         refused = {r["decoder"]: r for r in listed if "refused" in r}
         assert set(refused) == {"bad_import", "not_a_decoder", "bad_params", "rps"}
-        assert "built-in decoder" in refused["rps"]["refused"] and refused["rps"]["source"] == "ripple-broken-collision==1.0"
+        assert "built-in decoder" in refused["rps"]["refused"] and refused["rps"]["provider"] == "ripple-broken-collision==1.0"
     finally:
         env.run("pip uninstall -y " + " ".join(f"ripple-broken-{k}" for k in BROKEN), folder)
