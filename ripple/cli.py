@@ -607,6 +607,7 @@ def cmd_prior(args: argparse.Namespace) -> int:
     """PC-Sampler's token-frequency prior: every token of the texts, counted with the model's tokenizer."""
     from .decoders.pc_sampler import count_prior
     from .platform.runtime.loading import load_tokenizer, read_config, resolve_model_dir
+    from .platform.runtime.models import get_family
 
     if args.limit is not None and args.limit < 1:
         raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
@@ -615,7 +616,7 @@ def cmd_prior(args: argparse.Namespace) -> int:
     if tok is None:
         raise RippleError(f"model {args.model!r} has no tokenizer files; a prior counts the tokenizer's ids")
     cfg = read_config(path)
-    vocab = int(cfg.get("vocab_size") or cfg.get("embedding_size") or len(tok))
+    vocab = int(get_family(cfg["model_type"]).to_config(cfg).vocab_size)  # the rows the model predicts, as it loads
     if args.jsonl:
         texts = _jsonl_texts(args.jsonl, args.field, args.limit)
         source = f"{Path(args.jsonl).name}:{args.field}"

@@ -209,6 +209,20 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
     assert sum(e["forward"] is None for e in steps + opens) == blocks, "a block went on after it was complete"
 
 
+def _check_sample(out, events, calls, prompt_length: int, *, gen_length: int, block_length: int, block_causal: bool,
+                  shift: int, mask: int, eos) -> None:
+    """`check_invariants` with the block layout of the family: a block-causal family's blocks start at
+    position 0 (the first holds the prompt's tail) and an end-of-sequence may stop it early."""
+    if block_causal:
+        check_invariants(out, events, calls, blocks=None, block_length=block_length, shift=0, mask=mask,
+                         lead=prompt_length % block_length,
+                         max_blocks=-(-(prompt_length + gen_length) // block_length) - prompt_length // block_length,
+                         eos=eos)
+    else:
+        check_invariants(out, events, calls, blocks=gen_length // block_length, block_length=block_length,
+                         shift=shift, mask=mask)
+
+
 def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"), gen_length: int = 12,
                   block_length: int = 4) -> None:
     """Every invariant on the scripted families: `make()` returns a fresh decoder (a Scheduler).
@@ -227,14 +241,9 @@ def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"),
             out = engine.generate([prompt], make(), cfg, trace=events.append)[0]
             where = f"{family} family, cache {cache}"
             try:
-                if family == "block_causal":  # blocks from position 0: the first holds the prompt's tail
-                    check_invariants(out, events, model.calls, blocks=None, block_length=block_length, shift=0,
-                                     lead=len(prompt) % block_length,
-                                     max_blocks=-(-(len(prompt) + gen_length) // block_length)
-                                     - len(prompt) // block_length)
-                else:
-                    check_invariants(out, events, model.calls, blocks=gen_length // block_length,
-                                     block_length=block_length, shift=int(family == "shifted"))
+                _check_sample(out, events, model.calls, len(prompt), gen_length=gen_length, block_length=block_length,
+                              block_causal=family == "block_causal", shift=int(family == "shifted"),
+                              mask=SCRIPTED_MASK, eos=(SCRIPTED_EOS,))
             except AssertionError as exc:
                 raise AssertionError(f"{where}: {exc}") from None
             again = scripted_engine(family)[0].generate([prompt], make(), cfg)[0]
@@ -273,14 +282,8 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
             events: list = []
             out = eng.generate([list(p)], make(), cfg, trace=events.append)[0]
             try:
-                if bc:
-                    check_invariants(out, events, model.calls, blocks=None, block_length=block_length, shift=0,
-                                     mask=lm.mask_id, lead=len(p) % block_length,
-                                     max_blocks=-(-(len(p) + gen_length) // block_length) - len(p) // block_length,
-                                     eos=lm.eos_ids)
-                else:
-                    check_invariants(out, events, model.calls, blocks=gen_length // block_length,
-                                     block_length=block_length, shift=lm.model.shift, mask=lm.mask_id)
+                _check_sample(out, events, model.calls, len(p), gen_length=gen_length, block_length=block_length,
+                              block_causal=bc, shift=lm.model.shift, mask=lm.mask_id, eos=lm.eos_ids)
             except AssertionError as exc:
                 raise AssertionError(f"cache {cache}, prompt {list(p)}: {exc}") from None
             singles.append(out)

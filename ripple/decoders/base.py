@@ -250,7 +250,8 @@ class Scheduler(ABC):
 
     def prepare(self, shape: RunShape) -> None:
         """Check this configuration against a run before any forward; raise RippleError (one line)
-        when it cannot run (e.g. steps not divisible by the number of blocks). Keeps no state."""
+        when it cannot run (e.g. steps not divisible by the number of blocks). It may keep what it
+        derives from the run's configuration (PC-Sampler's prior), never a sample's state."""
 
     @abstractmethod
     def step(self, state: BlockState) -> Plan:

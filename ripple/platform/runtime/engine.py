@@ -199,16 +199,18 @@ class Engine:
             if decoder.max_canvas_forwards < 1:
                 raise RippleError(f"decoder {decoder.name!r} declares no bound on a canvas's forwards")
             seeds = [0] * len(prompts) if seeds is None else list(seeds)
-            canvases = -(-config.gen_length // config.block_length)
-            decoder.prepare(RunShape(config.gen_length, config.block_length, (canvases,) * len(prompts),
-                                     int(self.model.vocab_size), self.mask_id, self.model_dir))
+            decoder.prepare(self._shape(config, [-(-config.gen_length // config.block_length)] * len(prompts)))
             return RenoisingRun(self, prompts, decoder, config, seeds, trace, observe).execute()
         if config.gen_length % config.block_length and not (self.block_causal or config.block_align == "absolute"):
             raise _indivisible(config.gen_length, config.block_length)
         run = _Run(self, prompts, decoder, config, trace, observe)
-        decoder.prepare(RunShape(config.gen_length, config.block_length, tuple(run.n_blocks),
-                                 int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir))
+        decoder.prepare(self._shape(config, run.n_blocks))
         return run.execute()
+
+    def _shape(self, config: GenerationConfig, n_blocks: Sequence[int]) -> RunShape:
+        """What a decoder checks before the run (`Scheduler.prepare`)."""
+        return RunShape(config.gen_length, config.block_length, tuple(n_blocks),
+                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir)
 
     # ------------------------------------------------------------------ forwards
     def forward_full(self, canvas, positions, pad, logits_rows, store_kv, block: int | None = None):
@@ -478,13 +480,9 @@ class _Run:
         self._count(rows)
         states = {}
         for i, r in enumerate(rows):
-            st = BlockState(self.canvas[r, bs:be], logits[i, :L], e.mask_id, blk, self.sample_memory[r],
-                            self.n_blocks[r])
+            st = self._state(r, blk, logits[i, :L])
             # a row's last block has no next block (in a batch its columns belong to longer rows)
             st.beyond = logits[i, L:] if nxt and blk + 1 < self.n_blocks[r] else None
-            st.fixed[:max(0, self.starts[r] - bs)] = True  # the prompt's tail (block-aligned families)
-            st.fixed[max(0, self.ends[r] - bs):] = True  # past the row's end (a last block cut short)
-            st.response_offset = bs - self.starts[r]
             states[r] = st
         win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext, causal)
         if e.opening_commit:
@@ -547,13 +545,24 @@ class _Run:
                                       None, want, extent=ext, block=causal)  # [G, L, V]
             self._count(rows)
             for i, r in enumerate(rows):
-                st = BlockState(self.canvas[r, bs:be], logits[i], e.mask_id, blk, self.sample_memory[r],
-                                self.n_blocks[r])
+                st = self._state(r, blk, logits[i])
                 tokens, _ = greedy(st)  # [L], never the mask id
                 pos = st.masked.nonzero().squeeze(-1)
                 commit = Commit(pos, tokens[pos])
                 self._apply(r, st, commit, None, None)
                 self._emit(r, blk, st, commit, {}, None, phase="fill")
+
+    def _state(self, r: int, blk: int, logits: torch.Tensor) -> BlockState:
+        """Row r's view of block `blk` with the block's logits [L, V]: the prompt's tail and the
+        columns past the row's end are fixed (block-aligned layouts)."""
+        L = self.cfg.block_length
+        bs = self.origin + blk * L
+        st = BlockState(self.canvas[r, bs:bs + L], logits, self.e.mask_id, blk, self.sample_memory[r],
+                        self.n_blocks[r])
+        st.fixed[:max(0, self.starts[r] - bs)] = True  # the prompt's tail (block-aligned families)
+        st.fixed[max(0, self.ends[r] - bs):] = True  # past the row's end (a last block cut short)
+        st.response_offset = bs - self.starts[r]
+        return st
 
     def _post_forward(self, r: int, post: dict, filling: bool, edited: list) -> bool:
         """Token editing: after a step that left row r's block without masks, whether to run a post
@@ -591,11 +600,11 @@ class _Run:
         if kv is not None and len(group) != len(rows):
             kv = kv.select(torch.tensor([win.row_pos[r] for r in group], device=e.device))
         if cut >= 0:  # a shortened canvas (`Plan.extent`): columns [0, lo + cut); nothing after it exists
-            end = min(win.extent if win.extent is not None else self.N, win.lo + cut)
+            end = min(win.extent, win.lo + cut)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
             kv = kv.truncate(end) if kv is not None else None
         Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
-        n_out = min(n, (win.extent if win.extent is not None else self.N) - win.lo)  # block rows computed
+        n_out = min(n, win.extent - win.lo)  # block rows computed
         variants, m = None, 0
         if looks:
             m = max(plans[r].variants.shape[0] for r in group)
@@ -698,7 +707,7 @@ class _Run:
     def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None, edited=None) -> None:
         if self.trace is None:
             return
-        offset = self.origin + blk * self.cfg.block_length - self.starts[r]  # positions from the response start
+        offset = st.response_offset  # positions from the response start
         event = {  # a decoder's own info never overrides the engine's keys
             **info, "sample": r, "block": blk, "step": st.step, "phase": phase,
             "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
@@ -720,9 +729,9 @@ class _Window:
     lo: int
     hi: int
     row_pos: dict[int, int]  # batch row -> its index among the block's rows (the KV cache's rows)
-    next: bool = False  # also compute the next block's rows (the decoder needs rows beyond the block)
-    extent: int | None = None  # the forward's canvas is columns [0, extent)
-    causal: int | None = None  # block length of block-causal attention (None: bidirectional)
+    next: bool  # also compute the next block's rows (the decoder needs rows beyond the block)
+    extent: int  # the forward's canvas is columns [0, extent)
+    causal: int | None  # block length of block-causal attention (None: bidirectional)
 
 
 def _forward_label(kind: tuple[bool, bool, int]) -> str:

@@ -110,7 +110,7 @@ class RenoisingRun:
 
     # ------------------------------------------------------------------ the loop
     def execute(self):
-        e, dec, L, V = self.e, self.dec, self.cfg.block_length, self.V
+        e, L = self.e, self.cfg.block_length
         synchronize(e.device)
         t0 = time.perf_counter()
         live = list(range(self.B))
