@@ -87,10 +87,10 @@ examples:
   ripple analyze --model GSAI-ML/LLaDA-8B-Instruct --task gsm8k --chat --gen-length 256 \\
       --block-length 32 --limit 50 --dtype bfloat16 --device cuda""",
     "prior": """examples:
-  ripple prior --model ripple-tiny --task arith --task pyfunc --task freefunc --text both --limit 2000 \
+  ripple prior --model ripple-tiny --task arith --task pyfunc --task freefunc --text both --limit 2000 \\
       --out priors/ripple-tiny.json
   ripple prior --model GSAI-ML/LLaDA-8B-Instruct --jsonl data/gsm8k.jsonl --field question --out priors/llada.json
-  ripple generate --model ripple-tiny --prompt "12+7=" --decoder pc_sampler --set prior=priors/ripple-tiny.json \
+  ripple generate --model ripple-tiny --prompt "12+7=" --decoder pc_sampler --set prior=priors/ripple-tiny.json \\
       --gen-length 48 --block-length 16""",
 }
 
@@ -286,13 +286,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .decoders import build
     from .platform.runtime.engine import GenerationConfig
     from .platform.experiments.evaluate import evaluate_cell
     from .platform.runtime.loading import block_aligned, load_model
     from .tasks import get_task
 
-    decoder = build(args.decoder, parse_settings(args.set))
+    decoder = decoder_for_model(args)
     args.cache = args.cache or decoder.default_cache
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
                               args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length),
@@ -301,7 +300,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
     task = get_task(args.task, data_dir=args.data_dir)
     task.examples("test", 1)  # read the data now: a missing dataset fails before the model loads
-    decoder = decoder_for_model(args)
     lm = load_model(args.model, dtype=args.dtype, device=args.device)
     sink = open(args.samples_out, "w") if args.samples_out else None
     try:
