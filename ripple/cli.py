@@ -191,9 +191,8 @@ def add_store_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = None, block_default: int | None = None) -> None:
-    from .decoders import names
-
-    p.add_argument("--decoder", required=True, help=f"decoder name: {', '.join(names())}")
+    p.add_argument("--decoder", required=True, help="a registered decoder (`ripple decoders` lists them with their "
+                   "hyperparameters)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="decoder hyperparameter, repeatable (e.g. --set tau=0.9)")
     p.add_argument("--gen-length", type=int, required=gen_default is None, default=gen_default)

@@ -55,7 +55,8 @@ GRAPH = _imports()
 
 # DESIGN.md section 1, top to bottom; the components in a tuple are peers and import neither each other
 # nor anything above. Inside the platform its rooms are layered the same way.
-LAYERS = ("testing", "cli", "sweeps", "dashboards", "bench", "platform", ("decoders", "tasks"), "plugins", ("errors", "progress"))
+LAYERS = ("testing", "cli", "api", "sweeps", "dashboards", "bench", "platform", ("decoders", "tasks"),
+          ("plugins", "paths"), ("errors", "progress", "lazy"))
 PLATFORM_ROOMS = (("experiments", "training"), "runtime")
 
 

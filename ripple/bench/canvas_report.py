@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from ..platform.runtime.engine import synchronize
+from ..platform.runtime.loading import hollow
 from ..platform.runtime.models import get_family
 from .presets import DIFFUSION_GEMMA_26B, Preset, random_model
 from .timing import median_ms
@@ -106,7 +107,7 @@ def _full_weight_bytes(dtype: torch.dtype) -> tuple[int, int]:
     """(text weight bytes in `dtype`, layers) of the released model, from a module built on the meta device."""
     family = get_family(DIFFUSION_GEMMA_26B["model_type"])
     cfg = family.to_config(DIFFUSION_GEMMA_26B)
-    with torch.device("meta"):
+    with hollow():
         model = family.build(cfg).to(dtype)
     return _bytes(model), cfg.n_layers
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..platform.runtime.loading import hollow
 from ..platform.runtime.models.llada2 import LLADA2
 from ..platform.runtime.models.moe import MoE, per_expert_loop
 from .presets import LLADA2_MINI
@@ -19,7 +20,7 @@ def moe_layer(device: torch.device, dtype: torch.dtype = torch.bfloat16, tokens=
               seed: int = 0) -> dict:
     cfg = LLADA2.to_config(LLADA2_MINI)
     gen = torch.Generator(device=device).manual_seed(seed)
-    with torch.device("meta"):
+    with hollow():
         moe = MoE(cfg.d_model, cfg.moe)
     moe = moe.to(dtype).to_empty(device=device).eval().requires_grad_(False)
     with torch.no_grad():

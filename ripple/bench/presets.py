@@ -24,6 +24,7 @@ import torch
 
 from ..errors import RippleError
 from ..platform.runtime.engine import Engine
+from ..platform.runtime.loading import hollow
 from ..platform.runtime.models import get_family
 
 # GSAI-ML/LLaDA-8B-Instruct's config.json (the keys the llada family reads, and its token ids)
@@ -147,7 +148,7 @@ def random_model(preset: Preset, device: torch.device, dtype: torch.dtype, seed:
     scales and scalars (routers' and layers'), which are 1."""
     cfg = preset.config
     family = get_family(cfg["model_type"])
-    with torch.device("meta"):
+    with hollow():
         model = family.build(family.to_config(cfg))
     model = model.to(dtype).to_empty(device=device)  # allocated once, in the target dtype
     gen = torch.Generator(device=device).manual_seed(seed)

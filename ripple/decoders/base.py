@@ -58,20 +58,23 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
-
+from ..lazy import torch
 from .params import HyperParams
 
 CACHE_POLICIES = ("none", "prefix", "dual")
-_EMPTY = torch.zeros(0, dtype=torch.long)
+
+
+def no_positions() -> torch.Tensor:
+    """An empty position list [0]: a fresh one per record, so importing the protocol needs no torch."""
+    return torch.zeros(0, dtype=torch.long)
 
 
 @dataclass(frozen=True)
 class Commit:
     """Block-relative positions [k] and the tokens [k] to write there."""
 
-    positions: torch.Tensor = _EMPTY
-    tokens: torch.Tensor = _EMPTY
+    positions: torch.Tensor = field(default_factory=no_positions)
+    tokens: torch.Tensor = field(default_factory=no_positions)
 
     def __len__(self) -> int:
         return int(self.positions.numel())
@@ -83,7 +86,7 @@ class Plan:
     # block positions already decoded to rewrite, and their new tokens (decoders that declare
     # `edits_tokens`); written together with `commit`, judged on the step's distributions
     edit: Commit = field(default_factory=Commit)
-    remask: torch.Tensor = _EMPTY  # block-relative positions to set back to the mask id
+    remask: torch.Tensor = field(default_factory=no_positions)  # block-relative positions to set back to the mask id
     variants: torch.Tensor | None = None  # [m, L] block contents to evaluate by packed lookahead
     # also evaluate the shadow in the forward that follows this step: an all-mask copy of the
     # block window with the block's position ids whose row predicting block position j cannot
@@ -202,10 +205,12 @@ class BlockState:
 
 
 class Scheduler(ABC):
-    """A parallel decoding rule. Subclasses set `name`, `Params` and their properties."""
+    """A parallel decoding rule. Subclasses set `name`, `Params` and their properties. A subclass
+    defined in a caller's own code (a notebook cell, never registered) may leave out both: its name
+    is then its class name and it has no hyperparameters."""
 
     name: ClassVar[str]
-    Params: ClassVar[type[HyperParams]]
+    Params: ClassVar[type[HyperParams]] = HyperParams
     uses_lookahead: ClassVar[bool] = False  # plans may carry `variants` (then `resolve` is called)
     uses_shadow: ClassVar[bool] = False  # plans may set `shadow` (leave-one-out verification)
     # every forward also computes the next block's rows (`BlockState.beyond`); costs nothing when False
@@ -222,6 +227,11 @@ class Scheduler(ABC):
     # (commits into masked positions) or "uniform" (renoises a canvas of tokens; module docstring)
     noise: ClassVar[str] = "mask"
     default_cache: ClassVar[str] = "none"  # the cache policy a run without --cache uses
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not isinstance(getattr(cls, "name", None), str):
+            cls.name = cls.__name__
 
     def __init__(self, params: HyperParams | None = None):
         self.params = params if params is not None else self.Params()
@@ -309,11 +319,12 @@ def entropy(p: torch.Tensor) -> torch.Tensor:
     return -torch.special.xlogy(p, p).sum(-1)
 
 
-def argmax_probs(logits: torch.Tensor, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def argmax_probs(logits: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x0 = argmax over the whole vocabulary, the mask id included (first index on ties), and its
-    softmax probability in `dtype`, as the field's reference decoders compute them: [L, V] -> [L], [L]."""
+    softmax probability in `dtype` (default float32), as the field's reference decoders compute
+    them: [L, V] -> [L], [L]."""
     x0 = logits.argmax(dim=-1)  # [L]
-    p = torch.softmax(logits.to(dtype), dim=-1).gather(-1, x0[:, None]).squeeze(-1)
+    p = torch.softmax(logits.to(dtype or torch.float32), dim=-1).gather(-1, x0[:, None]).squeeze(-1)
     return x0, p
 
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from ..errors import RippleError
 from .base import BlockState, Commit, Plan, Scheduler, greedy, step_quota, top1_index
 from .editing import TokenEditing, edit_tau_hp, max_post_steps_hp

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import BlockState, Commit, Plan, Scheduler, greedy, top1_index
 from .params import HyperParams
 from .registry import register

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import BlockState, Commit, Plan, Scheduler, argmax_probs, most_confident
 from .params import HyperParams, hp
 from .registry import register

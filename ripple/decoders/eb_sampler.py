@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import BlockState, Commit, Plan, Scheduler, entropy, greedy
 from .params import HyperParams, choice, hp
 from .registry import register

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import BlockState, Plan, Scheduler
 from .dinfer_threshold import commit_or_greedy
 from .params import HyperParams, hp

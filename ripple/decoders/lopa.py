@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler, greedy, top_prob
 from .confidence import threshold_commit
 from .params import HyperParams, hp

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import torch
-
+from ..lazy import torch
 from ..errors import RippleError
 from .base import BlockState, Commit, Plan, RunShape, Scheduler, most_confident
 from .params import HyperParams, hp, text

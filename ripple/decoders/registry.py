@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 
 from ..errors import RippleError
 from ..plugins import DECODER_GROUP, BrokenPlugin, PluginGroup, PluginSource
@@ -12,13 +13,34 @@ from .base import Scheduler
 from .params import HyperParams, field_kind
 
 _REGISTRY: dict[str, type[Scheduler]] = {}
+# a registered name: letters, digits, `_` and `-` (a local decoder's label, `local:NAME`, never is one)
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+LOCAL = "local:"
+
+
 def register(cls: type[Scheduler]) -> type[Scheduler]:
     if cls.name in _REGISTRY:
         raise ValueError(f"decoder {cls.name!r} registered twice")
+    if not NAME.match(cls.name):
+        raise ValueError(f"decoder name {cls.name!r} is not of letters, digits, '_', '.' and '-'")
     _REGISTRY[cls.name] = cls
-    if "decoder_name" not in vars(cls.Params):  # errors name the decoder, not its dataclass
+    if cls.Params is not HyperParams and "decoder_name" not in vars(cls.Params):  # errors name the decoder
         cls.Params.decoder_name = cls.name
     return cls
+
+
+def is_registered(decoder: Scheduler | type[Scheduler]) -> bool:
+    """Whether `decoder` (an instance or a class) is the class registered under its name."""
+    cls = decoder if isinstance(decoder, type) else type(decoder)
+    PLUGINS.read()  # a plugin's class is registered when the entry points are first read
+    return _REGISTRY.get(cls.name) is cls
+
+
+def label(decoder: Scheduler | type[Scheduler]) -> str:
+    """The name records and cell ids carry: a registered decoder's name, else `local:NAME` for a
+    class defined in the caller's code (no registered name has a colon, so the two never collide)."""
+    cls = decoder if isinstance(decoder, type) else type(decoder)
+    return cls.name if is_registered(cls) else f"{LOCAL}{cls.name}"
 
 
 def check_decoder_class(name: str, obj) -> None:
@@ -28,6 +50,8 @@ def check_decoder_class(name: str, obj) -> None:
         raise TypeError(f"{obj!r} is not a subclass of ripple.decoders.Scheduler")
     if getattr(obj, "__abstractmethods__", None):
         raise TypeError(f"{obj.__qualname__} does not implement {', '.join(sorted(obj.__abstractmethods__))}")
+    if not NAME.match(name):
+        raise TypeError(f"decoder name {name!r} is not of letters, digits, '_', '.' and '-'")
     if getattr(obj, "name", None) != name:
         raise TypeError(f"{obj.__qualname__}.name is {getattr(obj, 'name', None)!r}, not the entry point's {name!r}")
     if getattr(obj, "noise", None) not in ("mask", "uniform"):
@@ -65,6 +89,29 @@ def get(name: str) -> type[Scheduler]:
     return _REGISTRY[name]
 
 
+def local_source(cls: type[Scheduler]) -> str:
+    """Where a local decoder's code comes from, for its records and cell ids: its module, its qualified
+    name and a digest of its source (of its code objects where no source is at hand), so a changed
+    class never resumes the cells of the old one."""
+    import hashlib
+    import inspect
+
+    try:
+        text = inspect.getsource(cls)
+    except (OSError, TypeError):
+        text = repr(sorted((k, _code_text(v)) for k, v in vars(cls).items() if not k.startswith("__")))
+    return f"local {cls.__module__}.{cls.__qualname__} sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def _code_text(value) -> str:
+    """A function's bytecode, names and constants (nested code included), without file or line."""
+    value = getattr(value, "__func__", value)  # a classmethod or staticmethod
+    code = value if hasattr(value, "co_code") else getattr(value, "__code__", None)
+    if code is None:
+        return repr(value) if isinstance(value, (int, float, str, bool, tuple, type(None))) else type(value).__name__
+    return repr((code.co_code, code.co_names, [_code_text(c) for c in code.co_consts]))
+
+
 def refused() -> list[BrokenPlugin]:
     """Plugin decoders that could not be registered, with why."""
     return PLUGINS.refused()
@@ -86,12 +133,14 @@ def decoders_for(noise: str) -> list[str]:
     return [n for n in names() if _REGISTRY[n].noise == noise]
 
 
-def check_noise(decoder: str, family: str, noise: str) -> None:
-    """Refuse, in one line naming what the model needs, a decoder made for another kind of family
-    (a mask decoder on a uniform-noise family, a renoising decoder on a mask family)."""
-    own = get(decoder).noise
+def check_noise(decoder: str | Scheduler, family: str, noise: str) -> None:
+    """Refuse, in one line naming what the model needs, a decoder (a registered name or a Scheduler)
+    made for another kind of family (a mask decoder on a uniform-noise family, a renoising decoder on
+    a mask family)."""
+    own = get(decoder).noise if isinstance(decoder, str) else decoder.noise
     if own == noise:
         return
     fitting = ", ".join(decoders_for(noise)) or "none registered"
-    raise RippleError(f"decoder {decoder!r} decodes {own}-noise families; {family} is a {noise}-noise family: "
+    name = decoder if isinstance(decoder, str) else decoder.name
+    raise RippleError(f"decoder {name!r} decodes {own}-noise families; {family} is a {noise}-noise family: "
                       f"use a {noise}-noise decoder ({fitting})")

@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
+from ..lazy import torch
 from .base import BlockState, Plan, Scheduler
 from .params import HyperParams, hp
 from .registry import register

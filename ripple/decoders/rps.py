@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler, entropy
 from .confidence import threshold_commit
 from .editing import TokenEditing, edit_tau_hp, max_post_steps_hp

@@ -24,8 +24,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import BlockState, Commit, Plan, Scheduler, top1
 from .params import HyperParams, hp
 from .registry import register

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from .base import BlockState, Commit, Plan, Scheduler, greedy
+from ..lazy import torch
+from .base import BlockState, Commit, Plan, Scheduler, greedy, no_positions
 from .params import HyperParams, hp
 from .registry import register
 
 DRAFT_SHARE, DRAFT_MIN, DRAFT_MAX = 0.7, 5, 20  # per-step draft cap of the official code
-_EMPTY = torch.zeros(0, dtype=torch.long)
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ class Wino(Scheduler):
         else at most the previous step's drafted count minus one."""
         probs = state.shadow_probs  # [L, V], the block as it stands now; None at the block's start
         if probs is None:
-            return _EMPTY, {}
+            return no_positions(), {}
         decoded = ~state.masked & ~state.fixed
         verify = probs.gather(-1, state.tokens[:, None]).squeeze(-1)  # [L]
         failed = (decoded & (verify < self.params.tau2)).nonzero().squeeze(-1)  # ascending position

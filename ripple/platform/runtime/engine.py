@@ -189,7 +189,7 @@ class Engine:
         generator; only decoders that sample draw from it (renoising), greedy ones ignore it."""
         from ...decoders.registry import check_noise
 
-        check_noise(decoder.name, self.family, self.noise)
+        check_noise(decoder, self.family, self.noise)
         if config.cache not in decoder.supported_caches:
             raise RippleError(
                 f"decoder {decoder.name!r} does not support cache {config.cache!r}; "

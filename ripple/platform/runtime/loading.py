@@ -1,19 +1,22 @@
 """Load a dLLM from a Hugging Face format directory or a hub id, without remote code.
 
 The same path serves the 8B checkpoints and the tiny golden/embedded ones: read
-config.json, pick the family by `model_type`, build the module on the meta device and
-stream tensors shard by shard straight into the requested dtype and device.
+config.json, pick the family by `model_type`, build the module on the meta device (without
+running its layers' random initialisers: `hollow`) and stream tensors shard by shard straight into
+the requested dtype and device.
 """
 from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from ...errors import RippleError
 from .models import DiffusionTransformer, get_family
@@ -385,6 +388,27 @@ def config_mask_id(name: str) -> int | None:
     return None if mask_id is None else int(mask_id)
 
 
+class _SkipInitialisers(TorchFunctionMode):
+    """Every torch.nn.init function returns its tensor untouched (they reach a torch-function mode
+    through torch's override protocol)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def hollow() -> Iterator[None]:
+    """Build modules on the meta device without running their layers' random initialisers: meta
+    tensors hold no values to fill, and torch's meta kernels of the random fills import the compiler
+    (torch._dynamo, about 2.5 s of CPU) the first time they run. A module built here gets its values
+    from a checkpoint (`load_model`) or from `to_empty` and a fill of its own (benchmarks)."""
+    with torch.device("meta"), _SkipInitialisers():
+        yield
+
+
 def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedModel:
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -394,7 +418,7 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedMo
     tcfg = family.to_config(cfg)
     files = weight_files(path)
     check_device_memory(files, dev, dt, name)
-    with torch.device("meta"):
+    with hollow():
         model = family.build(tcfg)
     _load_weights(model, files, family.rename, family.tied_head(cfg), dev, dt)
     model.eval().requires_grad_(False)
