@@ -29,7 +29,7 @@ from ..runtime.models import llada, llada2
 from ..runtime.models.moe import MoEConfig
 
 EPS = 1e-3
-STEPS_LINES = 16000
+STEPS_LINES = 12000
 FAMILIES = ("llada", "llada2_moe")  # what train-tiny can train: ripple-tiny's family and ripple-tiny-bd's
 
 
