@@ -11,7 +11,7 @@
   determinism, a batch equals single runs, and prefix/dual equal none in tokens where the family's
   cache is exact. `check_invariants` checks one decoded sample from its trace.
   `check_renoising_decoder` is the same for a uniform-noise decoder on a renoising checkpoint.
-- `compare_trajectories`: a case list in the golden files' format against `ripple generate`.
+- `compare_trajectories`: a case list in the golden files' format against `ripple.generate`.
 A failed check raises AssertionError saying what broke.
 """
 from __future__ import annotations
@@ -363,47 +363,36 @@ class Mismatch:
     what: str
 
 
-def compare_trajectories(model: str, cases, decoder: str | None = None, *, cache: str = "none",
-                         settings=None, extra_args=()) -> list[Mismatch]:
-    """Run each case of a golden-format list through `ripple generate` and compare. A case holds
-    `prompt` (ids), `gen_length`, `block_length`, `output` (the response ids) and optionally `nfe`,
-    `decoder`, `params` (Ripple's names), `cache`, `case` (its name) and `steps_log` (per forward
-    `committed` [[response position, token], ...]: then every forward's commits are compared in order).
-    `settings(case)` may map a case to `--set` pairs. Returns the mismatches (empty: all equal)."""
-    import contextlib
-    import io
-    import json
-    import tempfile
-    from pathlib import Path
-
-    from .cli import main
+def compare_trajectories(model, cases, decoder: str | None = None, *, cache: str = "none", settings=None,
+                         **options) -> list[Mismatch]:
+    """Run each case of a golden-format list through `ripple.generate` (as `ripple generate` would, in
+    float32 on the CPU) and compare. A case holds `prompt` (ids), `gen_length`, `block_length`,
+    `output` (the response ids) and optionally `nfe`, `decoder`, `params` (Ripple's names), `cache`,
+    `case` (its name) and `steps_log` (per forward `committed` [[response position, token], ...]: then
+    every forward's commits are compared in order). `settings(case)` may map a case to hyperparameter
+    strings; `options` are more keyword arguments of `ripple.generate` (stop_at_eos=True, ...).
+    Returns the mismatches (empty: all equal)."""
+    from .api import generate
+    from .errors import RippleError
 
     found = []
     for i, case in enumerate(cases):
         name = str(case.get("case", i))
         pairs = settings(case) if settings is not None else case.get("params", {})
-        argv = ["generate", "--model", str(model), "--input-ids", ",".join(map(str, case["prompt"])),
-                "--decoder", case.get("decoder", decoder), "--gen-length", str(case["gen_length"]),
-                "--block-length", str(case["block_length"]), "--cache", case.get("cache", cache), "--dtype", "float32",
-                "--device", "cpu", "--json", *extra_args]
-        for key, value in pairs.items():
-            argv += ["--set", f"{key}={value}"]
-        with tempfile.TemporaryDirectory() as tmp:
-            trace = Path(tmp) / "trace.jsonl"
-            buffer = io.StringIO()
-            with contextlib.redirect_stdout(buffer):
-                code = main([*argv, "--trace", str(trace)])
-            if code != 0:
-                found.append(Mismatch(name, f"ripple generate exited {code}"))
-                continue
-            out = json.loads(buffer.getvalue())
-            events = [json.loads(line) for line in trace.read_text().splitlines()]
-        if out["tokens"] != list(case["output"]):
-            found.append(Mismatch(name, f"output {out['tokens']} != {list(case['output'])}"))
-        if "nfe" in case and out["nfe"] != case["nfe"]:
-            found.append(Mismatch(name, f"NFE {out['nfe']} != {case['nfe']}"))
+        try:
+            out = generate(str(model), list(case["prompt"]), case.get("decoder", decoder),
+                           gen_length=case["gen_length"], block_length=case["block_length"],
+                           cache=case.get("cache", cache), dtype="float32", device="cpu", trace=True,
+                           **{**options, **{k: str(v) for k, v in pairs.items()}})
+        except RippleError as exc:
+            found.append(Mismatch(name, f"refused: {exc}"))
+            continue
+        if list(out.tokens) != list(case["output"]):
+            found.append(Mismatch(name, f"output {list(out.tokens)} != {list(case['output'])}"))
+        if "nfe" in case and out.nfe != case["nfe"]:
+            found.append(Mismatch(name, f"NFE {out.nfe} != {case['nfe']}"))
         if isinstance(case.get("steps_log"), list):
-            mine = [e["committed"] for e in events if e["phase"] in ("step", "resolve")]
+            mine = [e["committed"] for e in out.trace if e["phase"] in ("step", "resolve")]
             ref = [e["committed"] for e in case["steps_log"]]
             if mine != ref:
                 at = next((k for k, (a, b) in enumerate(zip(mine, ref)) if a != b), min(len(mine), len(ref)))

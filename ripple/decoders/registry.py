@@ -144,3 +144,27 @@ def check_noise(decoder: str | Scheduler, family: str, noise: str) -> None:
     name = decoder if isinstance(decoder, str) else decoder.name
     raise RippleError(f"decoder {name!r} decodes {own}-noise families; {family} is a {noise}-noise family: "
                       f"use a {noise}-noise decoder ({fitting})")
+
+
+# what a decoder declares and the engine acts on (ripple/decoders/base.py), as `ripple decoders` lists it
+PROPERTIES = ("uses_lookahead", "uses_shadow", "needs_rows_beyond_block", "edits_tokens", "shortens_canvas",
+              "defers_masks", "supported_caches")
+
+
+def catalogue() -> list[dict]:
+    """Every registered decoder (provider, declared properties, hyperparameters with defaults, ranges,
+    search spaces and help), then every refused plugin with why: `ripple decoders --json`."""
+    from .params import public_name, range_text
+
+    rows = []
+    for name in names():
+        cls = _REGISTRY[name]
+        plugin = source(name)
+        props = {p: getattr(cls, p) for p in PROPERTIES}
+        hps = [{"name": public_name(f), "default": f.default, "accepted": range_text(f.metadata, field_kind(f)),
+                "search": list(f.metadata["search"]) if f.metadata.get("search") else None,
+                "doc": f.metadata.get("doc", "")} for f in dataclasses.fields(cls.Params)]
+        rows.append({"decoder": name, "provider": "built-in" if plugin is None else str(plugin),
+                     "properties": {k: list(v) if isinstance(v, tuple) else v for k, v in props.items()},
+                     "hyperparameters": hps})
+    return rows + [{"decoder": b.name, "provider": str(b.source), "refused": b.error} for b in refused()]

@@ -138,6 +138,24 @@ def task_class(name: str) -> type[Task]:
         raise RippleError(f"unknown task {name!r}{hint}; registered: {', '.join(task_names())}") from None
 
 
+def catalogue() -> list[dict]:
+    """Every registered task (metric, provider: built-in or a plugin's distribution, where its data
+    come from, options, first line of its doc), then every refused plugin with why: `ripple tasks --json`."""
+    import sys
+
+    rows = []
+    for name in task_names():
+        cls = _TASKS[name]
+        data = ", ".join(getattr(cls, "hub_ids", ())) or "generated (synthetic)"
+        plugin = task_source(name)
+        doc = ((cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines() or [""])[0]
+        # `source` is where the data come from (as before plugins existed); `provider` where the task does
+        rows.append({"task": name, "metric": cls.metric, "source": data,
+                     "provider": "built-in" if plugin is None else str(plugin), "options": list(cls.options),
+                     "doc": doc})
+    return rows + [{"task": b.name, "provider": str(b.source), "refused": b.error} for b in refused_tasks()]
+
+
 def get_task(name: str, **options: Any) -> Task:
     """A new instance of the task registered as `name`; `options` go to its constructor.
 

@@ -54,6 +54,10 @@ def verify_task(task: BenchmarkTask, limit: int | None = None, workers: int | No
     """Score every example's gold and wrong completion; code runs in the sandbox on `workers` threads."""
     from ..progress import progress as progress_bar
 
+    if limit is not None and limit < 1:
+        raise RippleError(f"--limit must be a positive number of examples, got {limit}")
+    if workers is not None and workers < 1:
+        raise RippleError(f"--workers must be positive, got {workers}")
     if not isinstance(task, BenchmarkTask):
         raise RippleError(f"task {task.name} has no reference solutions to verify; "
                           "verify works on gsm8k, math500, humaneval and mbpp")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable
 
-from ...decoders import Scheduler
+from ...decoders import Scheduler, label
 from ...tasks.base import cut_at_stops
 from ...tasks.prompting import encode_example
 from ..runtime.engine import Engine, GenerationConfig, SampleOutput
@@ -128,7 +128,7 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
         raise RippleError(f"model {lm.name!r} has no tokenizer; tasks need one to build prompts")
     examples = task.examples(split, limit)
     engine = Engine.from_loaded(lm)
-    settings = {"model": lm.name, "task": task.name, "decoder": decoder.name, "params": decoder.params.to_dict(),
+    settings = {"model": lm.name, "task": task.name, "decoder": label(decoder), "params": decoder.params.to_dict(),
                 "gen_length": config.gen_length, "block_length": config.block_length, "cache": config.cache,
                 "seed": seed}
     results: list[SampleResult] = []

@@ -43,7 +43,7 @@ from ...tasks import gsm8k, humaneval, math500, mbpp
 from ...tasks.base import cut_at_stops
 from ...tasks.prompting import encode_text
 from ..runtime.engine import Engine, GenerationConfig
-from ..runtime.loading import load_model, resolve_model_dir
+from .calls import decode_config, load, resolve_decoder
 from .evaluate import sample_seed
 
 MODEL_NAME = "ripple"
@@ -96,22 +96,21 @@ def check_model_args(pretrained: str = "ripple-tiny", decoder: str = "default", 
                      eos_early_stop: bool = False, mc_num: int = 128, mc_batch: int = 32, seed: int = 1234,
                      block_align: str = "response", **params: Any) -> ModelArgs:
     """Every model_arg checked without loading weights (`ripple lm-eval` runs this before the harness
-    indexes its tasks, so a typo costs nothing); a problem is one RippleError line."""
+    indexes its tasks, so a typo costs nothing), by the Python API's own checks (calls.py); a problem
+    is one RippleError line."""
     cls = decoder_class(str(decoder))
     fields = cls.Params.fields_by_name()
     unknown = [k for k in params if k not in fields]
     if unknown:
         raise RippleError(f"unknown model_args key {unknown[0]!r}; accepted: {', '.join(MODEL_ARGS)}, "
                           f"and decoder {decoder}'s hyperparameters: {', '.join(fields) or '(none)'}")
-    built = cls(cls.Params.from_strings(str(decoder), {k: str(v) for k, v in params.items()}))
+    built = resolve_decoder(str(decoder), str(pretrained), {k: str(v) for k, v in params.items()})
     if isinstance(batch_size, str) and batch_size.isdigit():
         batch_size = int(batch_size)
-    config = GenerationConfig(_positive_int("gen_length", gen_length), _positive_int("block_length", block_length),
-                              str(cache), _flag("stop_at_eos", stop_at_eos), _flag("eos_early_stop", eos_early_stop),
-                              block_align=str(block_align))
-    if config.cache not in built.supported_caches:
-        raise RippleError(f"decoder {decoder!r} does not support cache {cache!r}; "
-                          f"supported: {', '.join(built.supported_caches)}")
+    config = decode_config(str(pretrained), built, gen_length=_positive_int("gen_length", gen_length),
+                           block_length=_positive_int("block_length", block_length), cache=str(cache),
+                           stop_at_eos=_flag("stop_at_eos", stop_at_eos),
+                           eos_early_stop=_flag("eos_early_stop", eos_early_stop), block_align=str(block_align))
     if _positive_int("mc_num", mc_num) % _positive_int("mc_batch", mc_batch):
         raise RippleError(f"model_args mc_num ({mc_num}) must be a multiple of mc_batch ({mc_batch})")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -121,7 +120,6 @@ def check_model_args(pretrained: str = "ripple-tiny", decoder: str = "default", 
         # the harness's CLI passes its default device (cuda:0) when none is given; like its HF model, use the CPU
         logging.getLogger(__name__).warning("device %s is not available here; using the CPU", device)
         device = "cpu"
-    resolve_model_dir(str(pretrained))  # a missing checkpoint is named now
     return ModelArgs(str(pretrained), built, config, str(dtype), device, _positive_int("batch_size", batch_size),
                      mc_num, mc_batch, seed)
 
@@ -137,7 +135,7 @@ class RippleLM(LM):
         checked = check_model_args(**model_args)
         self.decoder, self.config, self.batch_size = checked.decoder, checked.config, checked.batch_size
         self.mc_num, self.mc_batch, self.seed = checked.mc_num, checked.mc_batch, checked.seed
-        self.lm = load_model(checked.pretrained, dtype=checked.dtype, device=checked.device)
+        self.lm = load(checked.pretrained, dtype=checked.dtype, device=checked.device)
         if self.lm.tokenizer is None:
             raise RippleError(f"model {checked.pretrained!r} has no tokenizer; the harness sends text")
         self.tokenizer = self.lm.tokenizer

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from ...decoders.registry import is_registered, label
 from ...errors import RippleError
 from .store import ADDED_COLUMNS, ADDED_SETTINGS, DecodeSettings, check_name, dumps
 
@@ -57,6 +58,29 @@ class Cell(DecodeSettings):
     decoder: str
     params: tuple[tuple[str, Any], ...]  # every hyperparameter (defaults filled in), sorted by name
     limit: int | None  # samples per cell: the first `limit` examples (not part of the id)
+    # a decoder class defined in the caller's code, never registered (`decoder` is then `local:NAME`);
+    # workers receive it pickled by value (Ray's cloudpickle)
+    local: type | None = None
+
+    @property
+    def decoder_class(self):
+        """The Scheduler subclass this cell decodes with."""
+        from ...decoders import get
+
+        return self.local if self.local is not None else get(self.decoder)
+
+    def make_decoder(self):
+        """A fresh decoder with this cell's hyperparameters."""
+        cls = self.decoder_class
+        return cls(cls.Params.from_strings(cls.name, {k: str(v) for k, v in self.params}))
+
+    def _known_params(self):
+        """The decoder's Params class, or None for a stored decoder no longer registered."""
+        from ...decoders import get, names
+
+        if self.local is not None:
+            return self.local.Params
+        return get(self.decoder).Params if self.decoder in names() else None
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -67,10 +91,11 @@ class Cell(DecodeSettings):
     def plugins(self) -> str | None:
         """JSON of the distributions and versions of a plugin decoder or task (ripple/plugins.py), or
         None for Ripple's own: a plugin's results are never confused with another version's."""
-        from ...decoders.registry import source
+        from ...decoders.registry import local_source, source
         from ...tasks.base import task_source
 
-        found = {kind: str(src) for kind, src in (("decoder", source(self.decoder)), ("task", task_source(self.task)))
+        decoder = local_source(self.local) if self.local is not None else source(self.decoder)
+        found = {kind: str(src) for kind, src in (("decoder", decoder), ("task", task_source(self.task)))
                  if src is not None}
         return dumps(found) if found else None
 
@@ -82,15 +107,14 @@ class Cell(DecodeSettings):
         """`settings` less what was added after stores existed, at the value that means "as before"
         (each added decode setting at the value `ADDED_COLUMNS` gives a record written before it,
         `hp(new=True)` hyperparameters at their defaults): old ids stay valid."""
-        from ...decoders import get, names
-
         ident = self.settings
         if not self.chat:  # no template, no form
             ident["chat_form"] = ADDED_COLUMNS["chat_form"]
         for name in ADDED_SETTINGS:
             if ident[name] == ADDED_COLUMNS[name]:
                 del ident[name]
-        neutral = get(self.decoder).Params.id_neutral() if self.decoder in names() else {}
+        known = self._known_params()
+        neutral = known.id_neutral() if known is not None else {}
         ident["params"] = {k: v for k, v in ident["params"].items() if k not in neutral or neutral[k] != v}
         if self.plugins is not None:  # built-in cells keep their ids
             ident["plugins"] = self.plugins
@@ -107,9 +131,8 @@ class Cell(DecodeSettings):
     def label(self) -> str:
         """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)` (every stored
         hyperparameter for a decoder no longer registered: there are no defaults to compare with)."""
-        from ...decoders import get, names
-
-        defaults = get(self.decoder).Params().to_dict() if self.decoder in names() else {}
+        known = self._known_params()
+        defaults = known().to_dict() if known is not None else {}
         changed = [f"{k}={v}" for k, v in self.params if k not in defaults or defaults[k] != v]
         return f"{self.decoder}({', '.join(changed)})" if changed else self.decoder
 
@@ -150,16 +173,16 @@ class GridSpec:
     def _per_task(self) -> list[str]:
         """One line per decoder whose settings differ between tasks: each task's values of the
         hyperparameters that differ (`task_params`)."""
-        from ...decoders import get
-
         by: dict[str, dict[str, list[dict]]] = {}
+        classes = {}
         for c in self.cells:
             settings = by.setdefault(c.decoder, {}).setdefault(c.task, [])
+            classes[c.decoder] = c.decoder_class
             if dict(c.params) not in settings:
                 settings.append(dict(c.params))
         lines = []
         for name, tasks in by.items():
-            keys = [k for k in get(name).Params().to_dict()
+            keys = [k for k in classes[name].Params().to_dict()
                     if len({p[k] for ps in tasks.values() for p in ps}) > 1]
             per = {task: " | ".join(" ".join(f"{k}={p[k]}" for k in keys) for p in ps) for task, ps in tasks.items()}
             if len(set(per.values())) > 1:
@@ -391,16 +414,19 @@ class SpecParser:
         if not isinstance(description, str):
             raise self.fail("'description' takes a string")
         self.lengths(gens, blocks, align)
-        for name, _, _ in decoders:
-            self.decoder_caches(name, caches)
+        for cls, _, _ in decoders:
+            self.decoder_caches(cls, caches)
         cells = tuple(
-            Cell(model=model, task=task, decoder=name, params=params, limit=limit, gen_length=gen, block_length=block,
-                 cache=cache, seed=seed, dtype=dtype, chat=chat, chat_form=chat_form, split=split, stop_at_eos=stop,
-                 eos_early_stop=early, task_options=options, block_align=align)
-            for model, (task, limit, options), (name, per_task, only) in itertools.product(models, tasks, decoders)
+            Cell(model=model, task=task, decoder=label(cls), params=params, limit=limit, gen_length=gen,
+                 block_length=block, cache=cache, seed=seed, dtype=dtype, chat=chat, chat_form=chat_form, split=split,
+                 stop_at_eos=stop, eos_early_stop=early, task_options=options, block_align=align,
+                 local=None if is_registered(cls) else cls)
+            for model, (task, limit, options), (cls, per_task, only) in itertools.product(models, tasks, decoders)
             if only is None or model in only
             for params, gen, block, cache, seed in itertools.product(per_task[task], gens, blocks, caches, seeds)
         )
+        if len({c.decoder: c.local for c in cells}) < len({(c.decoder, c.local) for c in cells}):
+            raise self.fail("two local decoder classes share a name; give each its own `name`")
         ids = [c.cell_id for c in cells]
         if len(set(ids)) != len(ids):
             raise self.fail("two decoder entries describe the same cell; remove the duplicate")
@@ -466,13 +492,15 @@ class SpecParser:
             raise self.fail(str(exc)) from None
 
     def decoders(self, value: Any, models: list[str], tasks: list[str]
-                 ) -> list[tuple[str, dict[str, list[tuple]], frozenset | None]]:
+                 ) -> list[tuple[type, dict[str, list[tuple]], frozenset | None]]:
         """Each entry: (name, {task: [params, ...]}, models it is restricted to). `task_params`
         override `params` for the tasks they name (the KLASS release tunes per task). `decoders: all`
         is every registered decoder of mask families at its defaults, in display order; so is an entry
         `all` in a list (then further entries add settings). Renoising decoders (uniform-noise
-        families such as DiffusionGemma) are named, never implied by `all`."""
-        from ...decoders import decoders_for, get
+        families such as DiffusionGemma) are named, never implied by `all`. A spec built in Python may
+        also name a decoder by a Scheduler subclass or instance of the caller's own (its params are
+        an instance's own, under the entry's `params`)."""
+        from ...decoders import Scheduler, decoders_for
 
         if value == "all":
             value = decoders_for("mask")
@@ -480,18 +508,15 @@ class SpecParser:
                    for e in (decoders_for("mask") if entry == "all" else [entry])]
         out = []
         for entry in entries:
-            if isinstance(entry, str):
+            if isinstance(entry, (str, Scheduler)) or (isinstance(entry, type) and issubclass(entry, Scheduler)):
                 entry = {"name": entry}
             if not isinstance(entry, dict) or "name" not in entry:
                 raise self.fail(f"a decoder entry is a name or a mapping with 'name' (and 'params', 'task_params', "
                                 f"'models'), got {entry!r}")
-            self.keys(entry, DECODER_KEYS, f" in decoder entry {entry.get('name')!r}")
-            name = entry["name"]
-            try:
-                get(str(name))
-            except RippleError as exc:
-                raise self.fail(str(exc)) from None
-            params = self.params_mapping(entry.get("params"), f"decoder {name!r}: 'params'")
+            cls, own = self.decoder_class(entry["name"])
+            name = label(cls)
+            self.keys(entry, DECODER_KEYS, f" in decoder entry {name!r}")
+            params = {**own, **self.params_mapping(entry.get("params"), f"decoder {name!r}: 'params'")}
             only = entry.get("models")
             if only is not None:
                 only = frozenset(self.strings(only, f"decoders.{name}.models"))
@@ -512,9 +537,22 @@ class SpecParser:
             grids = {}
             for task in tasks:
                 extra = self.params_mapping(per_task.get(task), f"decoder {name!r}: 'task_params.{task}'")
-                grids[task] = self.expand(str(name), {**params, **extra}, f"decoders.{name}")
-            out.append((str(name), grids, only))
+                grids[task] = self.expand(cls, {**params, **extra}, f"decoders.{name}")
+            out.append((cls, grids, only))
         return out
+
+    def decoder_class(self, name: Any) -> tuple[type, dict]:
+        """(the Scheduler subclass, an instance's own params) of an entry's `name`."""
+        from ...decoders import Scheduler, get
+
+        if isinstance(name, Scheduler):
+            return type(name), name.params.to_dict()
+        if isinstance(name, type) and issubclass(name, Scheduler):
+            return name, {}
+        try:
+            return get(str(name)), {}
+        except RippleError as exc:
+            raise self.fail(str(exc)) from None
 
     def params_mapping(self, value: Any, where: str) -> dict:
         if value is None:
@@ -523,11 +561,9 @@ class SpecParser:
             raise self.fail(f"{where} takes a mapping of hyperparameters, got {value!r}")
         return value
 
-    def expand(self, name: str, params: dict, where: str) -> list[tuple]:
+    def expand(self, cls: type, params: dict, where: str) -> list[tuple]:
         """The validated hyperparameter tuples of one entry: list values expand into one per value."""
-        from ...decoders import get
-
-        cls = get(name)
+        name = cls.name
         grid = {k: self.as_list(v, f"{where}.params.{k}") for k, v in params.items()}
         out = []
         for values in itertools.product(*grid.values()):
@@ -548,13 +584,14 @@ class SpecParser:
                 raise self.fail(f"unknown cache policy {cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
         return caches
 
-    def decoder_caches(self, name: str, caches: list[str]) -> None:
+    def decoder_caches(self, decoder: str | type, caches: list[str]) -> None:
         from ...decoders import get
 
-        supported = get(name).supported_caches
+        cls = get(decoder) if isinstance(decoder, str) else decoder
+        supported = cls.supported_caches
         for cache in caches:
             if cache not in supported:
-                raise self.fail(f"decoder {name!r} does not support cache {cache!r}; supported: {', '.join(supported)}")
+                raise self.fail(f"decoder {label(cls)!r} does not support cache {cache!r}; supported: {', '.join(supported)}")
 
     def lengths(self, gens: list[int], blocks: list[int], align: str = "response") -> None:
         from ..runtime.engine import GenerationConfig

@@ -141,7 +141,6 @@ class SampleWorker:
         by it. A decoding failure fails every sample of the batch; a scoring failure only its own."""
         import torch
 
-        from ...decoders import build
         from ..runtime.engine import GenerationConfig
         from .evaluate import drawn_seed, run_batch
 
@@ -156,7 +155,7 @@ class SampleWorker:
                 raise RippleError("a batch takes samples of one cell only")
             if cell.model != self.lm.name:
                 raise RippleError(f"worker holds model {self.lm.name!r}, sample needs {cell.model!r}")
-            decoder = build(cell.decoder, {k: str(v) for k, v in cell.params})
+            decoder = cell.make_decoder()
             config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop,
                                       block_align=cell.block_align)
             with self._decode:

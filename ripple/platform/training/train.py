@@ -396,3 +396,37 @@ def _micro_bd(out: str, **kw) -> TrainConfig:
 
 PRESETS = {"tiny": _tiny, "micro": _micro, "tiny-bd": _tiny_bd, "micro-bd": _micro_bd, "tiny-lines": _tiny_lines}
 FAMILY_PRESETS = {"llada": "tiny", "llada2_moe": "tiny-bd"}  # `--family` alone picks the shipped recipe
+
+
+def recipe(out: str, family: str | None = None, preset: str | None = None, **overrides) -> TrainConfig:
+    """The training config of `ripple train-tiny`: a preset (default: the family's shipped recipe;
+    family `llada2` means llada2_moe) with `overrides` (steps, batch_size, lr, seed, mix) that are
+    given; every value is checked, one line per problem."""
+    chosen = {"llada2": "llada2_moe"}.get(family, family)
+    if chosen is not None and chosen not in FAMILY_PRESETS:
+        raise RippleError(f"unknown family {family!r}; accepted: llada, llada2 (= llada2_moe)")
+    preset = FAMILY_PRESETS[chosen or "llada"] if preset is None else preset
+    if preset not in PRESETS:
+        raise RippleError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")
+    if chosen is not None and PRESETS[preset]("-").family != chosen:
+        accepted = [name for name in PRESETS if PRESETS[name]("-").family == chosen]
+        raise RippleError(f"preset {preset!r} is not of family {family!r}; accepted: {', '.join(accepted)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    for key, value in given.items():
+        if key in ("steps", "batch_size", "lr") and value <= 0:
+            raise RippleError(f"--{key.replace('_', '-')} must be positive, got {value}")
+    return PRESETS[preset](out, **given)
+
+
+def train_tiny(out: str, *, family: str | None = None, preset: str | None = None, threads: int | None = None,
+               resume: bool = True, stop_at: int | None = None, **overrides) -> dict:
+    """Train an embedded model as `ripple train-tiny` does (resuming from `out` unless `resume` is
+    False); returns the run's summary."""
+    cfg = recipe(out, family, preset, **overrides)
+    if threads is not None:
+        if threads <= 0:
+            raise RippleError(f"--threads must be positive, got {threads}")
+        torch.set_num_threads(threads)
+    if stop_at is not None and stop_at <= 0:
+        raise RippleError(f"--stop-at must be positive, got {stop_at}")
+    return train(cfg, resume=resume, stop_at=stop_at)

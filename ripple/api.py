@@ -1,0 +1,119 @@
+"""Ripple from Python (DESIGN.md section 8b): `ripple.load`, `ripple.generate`, `ripple.evaluate`,
+`ripple.grid`, `ripple.sweep` and `ripple.leaderboard`. The `ripple` command is a shell over these
+functions (parse, call, print), so they check what it checks, and bad input raises RippleError with
+the one line the command prints.
+
+One model and one decoder (load, generate, evaluate) live in ripple/platform/experiments/calls.py,
+where the lm-evaluation-harness model also reaches them; the functions here drive the grid, sweep
+and leaderboard machinery and return what they built (the run with its store, or the table).
+A spec is a YAML file, a shipped spec's name, or the same document as a dict, whose decoder entries
+may then also be Scheduler classes or instances of the caller's own (pickled to the Ray workers).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import RippleError
+from .paths import DIR, writable_path
+from .platform.experiments.calls import (  # noqa: F401  (the API's own names)
+    DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, Evaluation, Generation, evaluate, generate, load)
+
+if TYPE_CHECKING:
+    from .dashboards.leaderboard import Leaderboard
+    from .platform.experiments.grid import GridRun
+    from .platform.experiments.spec import GridSpec
+    from .sweeps.run import SweepRun
+    from .sweeps.spec import SweepSpec
+
+__all__ = ["load", "generate", "evaluate", "grid", "sweep", "leaderboard", "grid_spec", "sweep_spec", "Generation",
+           "Evaluation", "DEFAULT_GEN_LENGTH", "DEFAULT_BLOCK_LENGTH"]
+
+
+def _positive_workers(workers: int | None) -> None:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise RippleError(f"--workers must be positive, got {workers}")
+
+
+def _store(store: str | os.PathLike | None) -> Path:
+    """The result store folder (default as `ripple grid` has it), checked to take files before any work."""
+    from .platform.experiments.grid import default_store
+
+    path = Path(store).expanduser() if store is not None else default_store()
+    writable_path(path, "--store", DIR)
+    return path
+
+
+def grid_spec(spec: Any, *, limit: int | None = None, data_dir: str | None = None,
+              batch_size: int | None = None) -> GridSpec:
+    """A validated grid spec from a YAML path, a shipped name, a dict (the YAML document) or a GridSpec,
+    with `ripple grid`'s overrides."""
+    from .platform.experiments.spec import GridSpec, load_spec, parse_spec
+
+    if isinstance(spec, GridSpec):
+        parsed = spec
+    elif isinstance(spec, dict):
+        parsed = parse_spec(spec, "(dict)")
+    elif isinstance(spec, (str, os.PathLike)):
+        parsed = load_spec(str(spec))
+    else:
+        raise RippleError(f"a grid spec is a YAML file, a shipped spec's name or a dict, got {type(spec).__name__}")
+    return parsed.with_limit(limit).with_data_dir(data_dir).with_batch_size(batch_size)
+
+
+def grid(spec: Any, *, store: str | os.PathLike | None = None, experiment: str | None = None, fresh: bool = False,
+         limit: int | None = None, data_dir: str | None = None, batch_size: int | None = None,
+         workers: int | None = None, track: bool = True, tracking_uri: str | None = None,
+         progress: bool = False) -> GridRun:
+    """Run (or resume) a grid on Ray workers into the result store, as `ripple grid` does. The run
+    holds the store (`run.store.read()`: every sample record) and the cells' numbers (`run.table()`)."""
+    from .platform.experiments.grid import run_grid
+
+    parsed = grid_spec(spec, limit=limit, data_dir=data_dir, batch_size=batch_size)
+    _positive_workers(workers)
+    return run_grid(parsed, _store(store), experiment=experiment, tracking_uri=tracking_uri, track=track, fresh=fresh,
+                    progress=progress, workers=workers)
+
+
+def sweep_spec(spec: Any, *, experiment: str | None = None, limit: int | None = None, trials: int | None = None,
+               data_dir: str | None = None, batch_size: int | None = None) -> SweepSpec:
+    """A validated sweep spec from a YAML path, a shipped name or a dict, with `ripple sweep`'s overrides."""
+    from .sweeps.spec import SweepSpec, load_sweep_spec, parse_sweep_spec
+
+    if isinstance(spec, SweepSpec):
+        parsed = spec
+    elif isinstance(spec, dict):
+        parsed = parse_sweep_spec(spec, "(dict)")
+    elif isinstance(spec, (str, os.PathLike)):
+        parsed = load_sweep_spec(str(spec))
+    else:
+        raise RippleError(f"a sweep spec is a YAML file, a shipped spec's name or a dict, got {type(spec).__name__}")
+    return parsed.with_overrides(experiment=experiment, limit=limit, trials=trials, data_dir=data_dir,
+                                 batch_size=batch_size)
+
+
+def sweep(spec: Any, *, store: str | os.PathLike | None = None, experiment: str | None = None,
+          limit: int | None = None, trials: int | None = None, data_dir: str | None = None,
+          batch_size: int | None = None, workers: int | None = None, track: bool = True,
+          tracking_uri: str | None = None, progress: bool = False) -> SweepRun:
+    """Run a Ray Tune search over a decoder's hyperparameters, as `ripple sweep` does: the trials,
+    the Pareto fronts and the best trial."""
+    from .sweeps.run import run_sweep
+
+    parsed = sweep_spec(spec, experiment=experiment, limit=limit, trials=trials, data_dir=data_dir,
+                        batch_size=batch_size)
+    _positive_workers(workers)
+    return run_sweep(parsed, _store(store), tracking_uri=tracking_uri, track=track, progress=progress,
+                     workers=workers)
+
+
+def leaderboard(store: str | os.PathLike | None = None, out: str | os.PathLike | None = None) -> Leaderboard:
+    """Every experiment of a store on one page (leaderboard.html, .md, .csv in `out`, default
+    STORE/leaderboard), as `ripple leaderboard` writes it; returns its sections and rows."""
+    from .dashboards.leaderboard import build_leaderboard
+    from .platform.experiments.grid import default_store
+
+    if out is not None:
+        writable_path(out, "--out", DIR)
+    return build_leaderboard(Path(store).expanduser() if store is not None else default_store(), out)
