@@ -61,6 +61,13 @@ class GridRun:
     startup_seconds: float = 0.0  # Ray start (or connect) and worker model loads
     stream_seconds: float = 0.0  # from workers ready to the last record stored
 
+    def table(self) -> pl.DataFrame:
+        """One row per cell, in spec order: its id, settings (params as JSON) and numbers (as the grid's
+        table and `--json` have them)."""
+        rows = [{"cell_id": s.cell_id, **s.cell.settings, "params": s.cell.params_json, **s.metrics()}
+                for s in self.summaries]
+        return pl.from_dicts(rows, infer_schema_length=None) if rows else pl.DataFrame()
+
 
 # ---------------------------------------------------------------------------- planning
 def plan(spec: GridSpec, experiment: str | None = None, run_id: str | None = None) -> list[WorkItem]:
