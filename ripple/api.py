@@ -31,7 +31,8 @@ __all__ = ["load", "generate", "evaluate", "grid", "sweep", "leaderboard", "grid
            "Evaluation", "DEFAULT_GEN_LENGTH", "DEFAULT_BLOCK_LENGTH"]
 
 
-def _positive_workers(workers: int | None) -> None:
+def check_workers(workers: int | None) -> None:
+    """A positive number of workers, or None (as many as the cluster holds)."""
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise RippleError(f"--workers must be positive, got {workers}")
 
@@ -45,20 +46,24 @@ def _store(store: str | os.PathLike | None) -> Path:
     return path
 
 
+def _read_spec(spec: Any, kind: str, parsed: type, parse, load):
+    """A validated spec of `kind` from a YAML path or shipped name (`load`), a dict (`parse`), or as it is."""
+    if isinstance(spec, parsed):
+        return spec
+    if isinstance(spec, dict):
+        return parse(spec, "(dict)")
+    if isinstance(spec, (str, os.PathLike)):
+        return load(str(spec))
+    raise RippleError(f"a {kind} spec is a YAML file, a shipped spec's name or a dict, got {type(spec).__name__}")
+
+
 def grid_spec(spec: Any, *, limit: int | None = None, data_dir: str | None = None,
               batch_size: int | None = None) -> GridSpec:
     """A validated grid spec from a YAML path, a shipped name, a dict (the YAML document) or a GridSpec,
     with `ripple grid`'s overrides."""
     from .platform.experiments.spec import GridSpec, load_spec, parse_spec
 
-    if isinstance(spec, GridSpec):
-        parsed = spec
-    elif isinstance(spec, dict):
-        parsed = parse_spec(spec, "(dict)")
-    elif isinstance(spec, (str, os.PathLike)):
-        parsed = load_spec(str(spec))
-    else:
-        raise RippleError(f"a grid spec is a YAML file, a shipped spec's name or a dict, got {type(spec).__name__}")
+    parsed = _read_spec(spec, "grid", GridSpec, parse_spec, load_spec)
     return parsed.with_limit(limit).with_data_dir(data_dir).with_batch_size(batch_size)
 
 
@@ -71,7 +76,7 @@ def grid(spec: Any, *, store: str | os.PathLike | None = None, experiment: str |
     from .platform.experiments.grid import run_grid
 
     parsed = grid_spec(spec, limit=limit, data_dir=data_dir, batch_size=batch_size)
-    _positive_workers(workers)
+    check_workers(workers)
     return run_grid(parsed, _store(store), experiment=experiment, tracking_uri=tracking_uri, track=track, fresh=fresh,
                     progress=progress, workers=workers)
 
@@ -81,14 +86,7 @@ def sweep_spec(spec: Any, *, experiment: str | None = None, limit: int | None = 
     """A validated sweep spec from a YAML path, a shipped name or a dict, with `ripple sweep`'s overrides."""
     from .sweeps.spec import SweepSpec, load_sweep_spec, parse_sweep_spec
 
-    if isinstance(spec, SweepSpec):
-        parsed = spec
-    elif isinstance(spec, dict):
-        parsed = parse_sweep_spec(spec, "(dict)")
-    elif isinstance(spec, (str, os.PathLike)):
-        parsed = load_sweep_spec(str(spec))
-    else:
-        raise RippleError(f"a sweep spec is a YAML file, a shipped spec's name or a dict, got {type(spec).__name__}")
+    parsed = _read_spec(spec, "sweep", SweepSpec, parse_sweep_spec, load_sweep_spec)
     return parsed.with_overrides(experiment=experiment, limit=limit, trials=trials, data_dir=data_dir,
                                  batch_size=batch_size)
 
@@ -103,7 +101,7 @@ def sweep(spec: Any, *, store: str | os.PathLike | None = None, experiment: str 
 
     parsed = sweep_spec(spec, experiment=experiment, limit=limit, trials=trials, data_dir=data_dir,
                         batch_size=batch_size)
-    _positive_workers(workers)
+    check_workers(workers)
     return run_sweep(parsed, _store(store), tracking_uri=tracking_uri, track=track, progress=progress,
                      workers=workers)
 

@@ -498,12 +498,11 @@ def grid_parser(sub) -> None:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from .api import grid, grid_spec
+    from .api import check_workers, grid, grid_spec
     from .platform.experiments.grid import format_table, summary_json
 
     spec = grid_spec(args.spec, limit=args.limit, data_dir=args.data_dir, batch_size=args.batch_size)
-    if args.workers is not None and args.workers < 1:
-        raise RippleError(f"--workers must be positive, got {args.workers}")
+    check_workers(args.workers)  # before a dry run too
     if args.dry_run:
         print(summary_json(spec) if args.json else spec.describe())
         return 0
@@ -532,13 +531,12 @@ def sweep_parser(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .api import sweep, sweep_spec
+    from .api import check_workers, sweep, sweep_spec
     from .sweeps.run import format_table, summary_json
 
     spec = sweep_spec(args.spec, experiment=args.experiment, limit=args.limit, trials=args.trials,
                       data_dir=args.data_dir, batch_size=args.batch_size)
-    if args.workers is not None and args.workers < 1:
-        raise RippleError(f"--workers must be positive, got {args.workers}")
+    check_workers(args.workers)  # before a dry run too
     if args.dry_run:
         print(spec.describe())
         return 0

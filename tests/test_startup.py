@@ -38,7 +38,10 @@ def _commands() -> list[str]:
 def test_help_and_argument_errors_load_neither_torch_nor_ray():
     argvs = [["--help"], *([c, "--help"] for c in _commands()), ["generate", "--model", "x"],
              ["eval", "--task", "arith"], ["grid"], ["nosuch"], ["generate", "--model", "x", "--prompt", "y",
-                                                                  "--decoder", "rps", "--gen-length", "many"]]
+                                                                  "--decoder", "rps", "--gen-length", "many"],
+             # a decoder's hyperparameters are checked from its dataclass, which needs no torch either
+             ["generate", "--model", "ripple-tiny", "--prompt", "y", "--decoder", "confidence", "--set", "tau=2"],
+             ["eval", "--model", "ripple-tiny", "--task", "arith", "--decoder", "rpss"], ["decoders", "--json"]]
     assert len(argvs) > 12
     code = f"""
 import contextlib, io, json, sys
@@ -53,7 +56,7 @@ for argv in {argvs!r}:
 print(json.dumps({{"codes": codes, **{IMPORTED}}}))
 """
     found = _fresh(code)
-    assert found["codes"] == [0] * (1 + len(_commands())) + [2] * 5
+    assert found["codes"] == [0] * (1 + len(_commands())) + [2] * 7 + [0]
     assert (found["torch"], found["ray"]) == (False, False)
 
 

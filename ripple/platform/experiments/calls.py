@@ -70,14 +70,15 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler], model: str | os.
     """The decoder to run on `model`, checked before any weights load: a registered name with its
     settings (those not given come from the model's generation_config.json where the decoder reads it,
     `Scheduler.model_defaults`), a Scheduler subclass with its settings, or a Scheduler instance as it
-    is. A decoder made for another kind of family is refused in one line naming what the model needs."""
-    from ..runtime.loading import config_noise, generation_defaults
-
+    is. A decoder made for another kind of family is refused in one line naming what the model needs.
+    A bad name or value is refused before torch is imported (a decoder module imports it on first use)."""
     settings = dict(settings or {})
     source = _config_source(model)
     if isinstance(decoder, str):
         strings = _setting_strings(get(decoder), settings)
         built = build(decoder, strings)
+        from ..runtime.loading import config_noise, generation_defaults
+
         check_noise(built, *config_noise(source))
         defaults = type(built).model_defaults(generation_defaults(source))
         return build(decoder, {**defaults, **strings}) if defaults else built
@@ -90,6 +91,8 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler], model: str | os.
         built = decoder
     else:
         raise RippleError(f"decoder must be a registered name or a Scheduler (class or instance), got {decoder!r}")
+    from ..runtime.loading import config_noise
+
     check_noise(built, *config_noise(source))
     return built
 
@@ -219,12 +222,12 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] = "rps",
              **settings: Any) -> Generation | list[Generation]:
     """Decode one prompt (a text or token ids; a `Generation`) or a list of them (one engine call, a
     list: the same tokens as one call each). `settings` are the decoder's hyperparameters."""
+    items, alone = _as_prompts(prompts)
+    dec = resolve_decoder(decoder, model, settings)
     from ..runtime.engine import Engine
     from ..runtime.loading import config_mask_id, load_model, load_tokenizer, resolve_model_dir
     from .evaluate import completion_text
 
-    items, alone = _as_prompts(prompts)
-    dec = resolve_decoder(decoder, model, settings)
     config = decode_config(model, dec, gen_length=gen_length, block_length=block_length, cache=cache,
                            stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align)
     seed = 0 if seed is None else seed
@@ -256,7 +259,7 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] = "rps",
 
 
 # ---------------------------------------------------------------------------- evaluate
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a DataFrame has no truth value to compare by
 class Evaluation:
     """One cell (model x task x decoder x settings) decoded and scored: accuracy in percent with its
     95 % Wilson interval, mean NFE, TPF, TPS, edits per sample, and one row per sample."""
@@ -268,10 +271,9 @@ class Evaluation:
     def __getattr__(self, name: str) -> Any:  # model, task, decoder, accuracy, accuracy_lo, mean_nfe, tpf, tps, ...
         if name.startswith("_") or name in ("summary", "samples", "metrics"):
             raise AttributeError(name)
-        try:
+        if name in self.summary:
             return self.summary[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        return getattr(self.metrics, name)  # the numbers the summary leaves out when unset (mean_edits, ...)
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -319,11 +321,11 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] = "rps
              on_sample: Callable[[SampleResult], None] | None = None, **settings: Any) -> Evaluation:
     """Decode and score the first `limit` test examples of `task`, one at a time (each example's seed
     derives from `seed` and its id, as in grids). `settings` are the decoder's hyperparameters."""
+    dec = resolve_decoder(decoder, model, settings)
     from ...tasks import get_task
     from ...tasks.prompting import chat_form
     from .evaluate import evaluate_cell
 
-    dec = resolve_decoder(decoder, model, settings)
     config = decode_config(model, dec, gen_length=gen_length, block_length=block_length, cache=cache,
                            stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align)
     check_limit(limit)
