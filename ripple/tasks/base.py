@@ -66,6 +66,11 @@ class Task(ABC):
     def score(self, example: Example, completion: str) -> Score:
         """Judge `completion` (the model's text after the prompt) for `example`."""
 
+    def floor_nfe(self, example: Example) -> int | None:
+        """The fewest forwards a decoder can make on `example` and always be right, where the task's
+        definition settles it (tasks with free choices, e.g. `lines/<op>`); None: not defined."""
+        return None
+
 
 def cut_at_stops(text: str, stop_sequences: tuple[str, ...]) -> str:
     """`text` up to the first occurrence of any stop sequence, as generation `until` lists work."""

@@ -36,6 +36,7 @@ class SampleResult:
     edits: int = 0  # token edits (editing decoders)
     encoder_nfe: int = 0  # of nfe, encoder passes (a uniform-noise family)
     seed: int | None = None  # the sample's seed (`sample_seed`) when its decoder draws (renoise), else None
+    floor_nfe: int | None = None  # the task's floor for the sample (Task.floor_nfe), where it defines one
 
 
 @dataclass(frozen=True)
@@ -107,12 +108,12 @@ def drawn_seed(decoder: Scheduler, seed: int, sample_id: str) -> int | None:
     return sample_seed(seed, sample_id) if decoder.noise == "uniform" else None
 
 
-def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, seed: int | None = None
-                  ) -> SampleResult:
+def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, seed: int | None = None,
+                  floor_nfe: int | None = None) -> SampleResult:
     """The record of one decoded and scored example."""
     return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
                         out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
-                        out.edits, out.encoder_nfe, seed)
+                        out.edits, out.encoder_nfe, seed, floor_nfe)
 
 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
@@ -140,7 +141,7 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
             ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat, seed=seed)
             pending.append((ex, ids, out, text, pool.submit(task.score, ex, text)))
         for ex, ids, out, text, fut in pending:
-            res = sample_result(ex, ids, out, text, fut.result(), drawn_seed(decoder, seed, ex.id))
+            res = sample_result(ex, ids, out, text, fut.result(), drawn_seed(decoder, seed, ex.id), task.floor_nfe(ex))
             results.append(res)
             if on_sample:
                 on_sample(res)
