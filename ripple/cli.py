@@ -435,7 +435,7 @@ def cmd_decoders(args: argparse.Namespace) -> int:
 
 # what a decoder declares and the engine acts on (ripple/decoders/base.py), as `ripple decoders` lists it
 DECODER_PROPERTIES = ("uses_lookahead", "uses_shadow", "needs_rows_beyond_block", "edits_tokens", "shortens_canvas",
-                      "defers_masks", "supported_caches")
+                      "defers_masks", "decides_first_position", "idle_steps", "supported_caches")
 
 
 def cmd_tasks_verify(args: argparse.Namespace) -> int:

@@ -147,13 +147,13 @@ class TopK(Scheduler):
 
     def _draw(self, state: BlockState) -> torch.Tensor:
         """One uniform per position [L] from the sample's generator, one call per forward as ParallelBench
-        makes it: LLaDA one (1, prompt + gen_length) draw over the sequence (position j's is its score),
-        Dream one (n,) draw over the block's masked positions in position order."""
+        makes it: LLaDA one float32 (1, prompt + gen_length) draw over the sequence (position j's is its
+        score), Dream one (n,) draw in the logits' dtype over the block's masked positions in position order."""
         L = state.tokens.shape[0]
-        score = torch.full((L,), float("-inf"))
         if self._shifted:
             at = state.masked.nonzero().squeeze(-1).cpu()
-            score[at] = torch.rand((at.numel(),), generator=state.generator)
+            score = torch.full((L,), float("-inf"), dtype=state.logits.dtype)
+            score[at] = torch.rand((at.numel(),), generator=state.generator, dtype=state.logits.dtype)
         else:
             first = state.prompt_length + state.response_offset  # position id of block position 0
             size = max(state.prompt_length + self._gen_length, first + L)
