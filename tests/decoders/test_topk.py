@@ -168,3 +168,33 @@ def test_listed_and_searchable(capsys):
     assert k.params_for({"k": 4}).to_dict() == {"rank": "margin", "k": 4, "steps": 0, "tau": 0.0, "factor": 0.0}
     tau = derive_space("topk", {"tau": [0.5, 0.9]})
     assert tau.params_for({"tau": 0.5}).tau == 0.5
+
+
+def test_an_idle_decoder_must_still_end_its_blocks_within_block_length_steps():
+    """`idle_steps` relaxes the progress invariant to a bound, which still fails a decoder that dawdles."""
+    from ripple.decoders import Plan
+    from ripple.decoders.base import Commit
+    from ripple.testing import check_decoder
+
+    class Dawdling(TopK):
+        def step(self, state):
+            if state.step < state.tokens.shape[0]:  # block_length forwards that commit nothing, then all
+                return Plan()
+            at = state.masked.nonzero().squeeze(-1)
+            return Plan(Commit(at, torch.full_like(at, 3)))
+
+    with pytest.raises(AssertionError, match="no progress"):
+        check_decoder(lambda: Dawdling(), families=["full"], caches=["none"])
+    check_decoder(lambda: TopK(TopK.Params(rank="entropy", k=2)), families=["shifted"], caches=["none", "dual"])
+
+
+def test_deciding_the_first_position_excludes_block_copies():
+    from ripple.decoders.wino import Wino
+    from ripple.errors import RippleError
+
+    class Both(Wino):
+        decides_first_position = True
+
+    engine, _ = scripted_engine("shifted")
+    with pytest.raises(RippleError, match="decides_first_position with block copies"):
+        engine.generate([list(SCRIPTED_PROMPTS[0])], Both(), GenerationConfig(8, 4))
