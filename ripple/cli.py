@@ -201,7 +201,7 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
     p.add_argument("--cache", default=None, help="KV cache policy: none, prefix, dual (default: the decoder's, "
                    "none for mask decoders, prefix for renoise)")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of each sample's random generator (decoders that sample: renoise); default 0. "
+                   help="seed of each sample's random generator (decoders that draw: renoise, topk's rank=random); default 0. "
                         "eval derives each example's seed from it and the example id, as grids do")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")

@@ -73,7 +73,7 @@ class TopKParams(HyperParams):
 @register
 class TopK(Scheduler):
     name = "topk"
-    display_order = 64
+    display_order = 66
     Params = TopKParams
     decides_first_position = True  # ParallelBench's Dream loop has no opening commit
     idle_steps = True  # a Dream quota may round down to 0
