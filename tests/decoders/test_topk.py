@@ -58,12 +58,22 @@ def test_the_cases_cover_every_ranking_rule_and_quirk(golden):
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_parallelbench_trajectories_forward_for_forward(golden, model):
-    """Output, every forward's commits in order, NFE: through `ripple generate --decoder topk --seed S`."""
+def test_parallelbench_trajectories_forward_for_forward(golden, model, monkeypatch):
+    """Output, every forward's commits in order, NFE: through `ripple generate --decoder topk --seed S`;
+    the random ranking makes ParallelBench's calls on the sample's generator, shape for shape."""
     cases = _cases(golden, model)
     for c in cases:
         assert c["nfe"] == len(c["steps_log"]) == sum(c["nfe_per_block"])  # one record per forward
+    draws, rand = [], torch.rand
+
+    def recorded(size, *args, generator=None, **kwargs):
+        if generator is not None:
+            draws.append(list(size))
+        return rand(size, *args, generator=generator, **kwargs)
+
+    monkeypatch.setattr(torch, "rand", recorded)
     assert compare_trajectories(golden / model, cases, "topk", settings=topk_settings) == []
+    assert draws == [shape for c in cases if c["ranking"] == "random" for shape in c["rng"]["shapes"]]
 
 
 def test_a_wrong_seed_or_a_missing_quirk_is_caught(golden, monkeypatch):
