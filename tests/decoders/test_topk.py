@@ -174,6 +174,8 @@ def test_listed_and_searchable(capsys):
     assert "topk" in capsys.readouterr().out
     space = derive_space("topk")  # the dataclass's default: the ranking
     assert [(d.name, d.grid_values()) for d in space.dims] == [("rank", ["confidence", "margin", "entropy", "random"])]
+    assert space.param_space("grid")["rank"] == {"grid_search": ["confidence", "margin", "entropy", "random"]}
+    assert type(space.param_space("random")["rank"]).__name__ == "Categorical"
     k = derive_space("topk", {"k": [1, 2, 4], "rank": "margin"})
     assert k.params_for({"k": 4}).to_dict() == {"rank": "margin", "k": 4, "steps": 0, "tau": 0.0, "factor": 0.0}
     tau = derive_space("topk", {"tau": [0.5, 0.9]})
