@@ -201,7 +201,7 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
     p.add_argument("--cache", default=None, help="KV cache policy: none, prefix, dual (default: the decoder's, "
                    "none for mask decoders, prefix for renoise)")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of each sample's random generator (decoders that sample: renoise); default 0. "
+                   help="seed of each sample's random generator (decoders that draw: renoise, topk's rank=random); default 0. "
                         "eval derives each example's seed from it and the example id, as grids do")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
@@ -437,7 +437,7 @@ def cmd_decoders(args: argparse.Namespace) -> int:
 
 # what a decoder declares and the engine acts on (ripple/decoders/base.py), as `ripple decoders` lists it
 DECODER_PROPERTIES = ("uses_lookahead", "uses_shadow", "needs_rows_beyond_block", "edits_tokens", "shortens_canvas",
-                      "defers_masks", "supported_caches")
+                      "defers_masks", "decides_first_position", "idle_steps", "supported_caches")
 
 
 def cmd_tasks_verify(args: argparse.Namespace) -> int:
