@@ -348,3 +348,17 @@ def aup(points: Iterable[tuple[float, float]], y_max: float) -> Aup:
     for (r0, y0), (r1, y1) in zip(kept, kept[1:]):
         total += (r1 - r0) * (y1 * aup_weight(y1, y_max) + y0 * aup_weight(y0, y_max)) / 2
     return Aup(total, kept, dropped)
+
+
+# ---------------------------------------------------------------------------- PBx
+PB_THRESHOLDS = (90, 80, 70, 60)  # ParallelBench's x, in percent
+
+
+def pb_scores(configs: Iterable[tuple[float, float]], thresholds: Iterable[int] = PB_THRESHOLDS
+              ) -> dict[int, float | None]:
+    """ParallelBench's PBx over a decoder's configurations, each (tokens per step, mean score in percent)
+    averaged over the same set of tasks: for each x, the largest tokens per step among configurations
+    whose mean score is at least x, or None when none reaches x (its `pb_score`). Ties in score or in
+    tokens per step change nothing: only the largest qualifying tokens per step counts."""
+    configs = [(float(t), float(s)) for t, s in configs]
+    return {x: max((t for t, s in configs if s >= x), default=None) for x in thresholds}
