@@ -245,7 +245,8 @@ def decoder_for_model(args: argparse.Namespace):
 def cmd_generate(args: argparse.Namespace) -> int:
     from .platform.runtime.engine import Engine, GenerationConfig
     from .platform.experiments.evaluate import completion_text
-    from .platform.runtime.loading import block_aligned, config_mask_id, load_model
+    from .platform.runtime.loading import (block_aligned, config_mask_id, load_model, load_tokenizer,
+                                           refuse_prompt_ids, resolve_model_dir)
 
     decoder = decoder_for_model(args)
     args.cache = args.cache or decoder.default_cache
@@ -254,17 +255,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
                               args.block_align)
     ids = parse_ids(args.input_ids) if args.input_ids is not None else None
     if ids is not None:
+        if args.chat:
+            raise RippleError("--chat applies to --prompt text, not to --input-ids")
         refuse_mask(ids, config_mask_id(args.model))  # before the weights load
-    lm = load_model(args.model, dtype=args.dtype, device=args.device)
-    tok = lm.tokenizer
+    tok = load_tokenizer(resolve_model_dir(args.model))
     if ids is None:
         if tok is None:
             raise RippleError(f"model {args.model!r} has no tokenizer files; pass --input-ids instead of --prompt")
         from .tasks.prompting import encode_prompt
 
         ids = encode_prompt(tok, args.prompt, chat=args.chat)
-    elif args.chat:
-        raise RippleError("--chat applies to --prompt text, not to --input-ids")
+    refuse_prompt_ids(args.model, ids)  # the user's prompt only, before the weights load
+    lm = load_model(args.model, dtype=args.dtype, device=args.device, tokenizer=tok)
     refuse_mask(ids, lm.mask_id)  # a mask named only by the tokenizer
     vocab = lm.model.vocab_size
     if max(ids) >= vocab:

@@ -17,6 +17,7 @@ from torch import nn
 
 from ...errors import RippleError
 from .models import DiffusionTransformer, get_family
+from .models.family import refuse_prompt
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ASSETS = Path(__file__).resolve().parents[2] / "assets"  # ripple/assets
@@ -385,7 +386,17 @@ def config_mask_id(name: str) -> int | None:
     return None if mask_id is None else int(mask_id)
 
 
-def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedModel:
+def refuse_prompt_ids(name: str, ids) -> None:
+    """One line if a user's prompt holds an id the family refuses (DiffusionGemma's image token), read from
+    config.json before any weights load. Generated tokens are never checked: they are text whatever their id."""
+    cfg = read_config(resolve_model_dir(name))
+    family = get_family(cfg["model_type"])
+    refuse_prompt(family.name, ids, family.prompt_refusals(cfg))
+
+
+def load_model(name: str, dtype: str = "auto", device: str = "auto", tokenizer: Any = None) -> LoadedModel:
+    """The checkpoint `name` on `device` in `dtype`; `tokenizer`: this checkpoint's, when the caller has
+    already loaded it (to tokenize a prompt before the weights load)."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     path = resolve_model_dir(name)
@@ -398,7 +409,8 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto") -> LoadedMo
         model = family.build(tcfg)
     _load_weights(model, files, family.rename, family.tied_head(cfg), dev, dt)
     model.eval().requires_grad_(False)
-    tokenizer = load_tokenizer(path)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(path)
     mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask")
     if family.noise == "uniform":  # its generate stops on the generation config's list alone
         eos_ids = tuple(_as_ids(generation_defaults(str(path)).get("eos_token_id"))) or eos_ids

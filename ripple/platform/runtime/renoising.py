@@ -72,6 +72,7 @@ class RenoisingRun:
             ids[b, P - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
             valid[b, P - len(p):] = True
         self.ids, self.valid = ids, valid  # [B, P]: the left-padded prompts (and, cache none, the canvases after)
+        self.prompt_width = P  # the columns of `ids` that are prompts: only they are checked as a prompt
         self.positions = (torch.arange(P)[None] - (P - torch.tensor(self.lens))[:, None]).clamp(min=0)  # [B, P]
         self.out: list[list[int]] = [[] for _ in range(self.B)]
         self.dec_nfe, self.enc_nfe = [0] * self.B, [0] * self.B
@@ -94,7 +95,7 @@ class RenoisingRun:
                 self.positions = torch.cat((self.positions, self._canvas_positions(range(self.B), k)), dim=1)
             valid = self.valid[sel]
             enc = self.model.encode(self.ids[sel].to(dev), self.positions[sel].to(dev), None,
-                                    None if bool(valid.all()) else valid.to(dev))
+                                    None if bool(valid.all()) else valid.to(dev), prompt_columns=self.prompt_width)
             fed = [int(n) for n in valid.sum(dim=1).tolist()]
         for r, n in zip(rows, fed):
             self.enc_nfe[r] += 1

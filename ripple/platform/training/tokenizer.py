@@ -20,18 +20,20 @@ SPECIAL_TOKENS = (PAD, BOS, EOS, MASK)  # ids 0..3, in this order
 CORPUS_TASKS = ("arith", "pyfunc", "freefunc")
 
 
-def corpus(seed: int = 0, per_task: int = 20_000):
+def corpus(seed: int = 0, per_task: int = 20_000, tasks: tuple[str, ...] = CORPUS_TASKS):
     """Prompt + reference texts from the first `per_task` train examples of each task."""
     from ...tasks import get_task
 
-    for name in CORPUS_TASKS:
+    for name in tasks:
         task = get_task(name, seed=seed)
         for ex in islice(task.iter_examples("train"), per_task):
             yield ex.prompt + ex.reference
 
 
-def build_tokenizer(out_dir: Path, vocab_size: int = 512, seed: int = 0, per_task: int = 20_000) -> None:
-    """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json to `out_dir`."""
+def build_tokenizer(out_dir: Path, vocab_size: int = 512, seed: int = 0, per_task: int = 20_000,
+                    tasks: tuple[str, ...] = CORPUS_TASKS) -> None:
+    """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json to `out_dir`, trained on
+    the train splits of `tasks` (the tasks the model is trained on)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
@@ -42,7 +44,7 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 512, seed: int = 0, per_tas
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), min_frequency=2,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(corpus(seed, per_task), trainer)
+    tok.train_from_iterator(corpus(seed, per_task, tasks), trainer)
     tok.save(str(out_dir / "tokenizer.json"))
     special = {"pad_token": PAD, "bos_token": BOS, "eos_token": EOS, "mask_token": MASK}
     config = {

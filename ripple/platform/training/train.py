@@ -29,6 +29,7 @@ from ..runtime.models import llada, llada2
 from ..runtime.models.moe import MoEConfig
 
 EPS = 1e-3
+STEPS_LINES = 12000
 FAMILIES = ("llada", "llada2_moe")  # what train-tiny can train: ripple-tiny's family and ripple-tiny-bd's
 
 
@@ -211,7 +212,7 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
     state_file = work / "state.pt"
     tok_dir = work / "tokenizer"
     if not (tok_dir / "tokenizer.json").exists():
-        build_tokenizer(tok_dir, cfg.vocab_size, seed=cfg.seed)
+        build_tokenizer(tok_dir, cfg.vocab_size, seed=cfg.seed, tasks=cfg.tasks)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
@@ -357,6 +358,19 @@ def _tiny(out: str, **kw) -> TrainConfig:
     return TrainConfig(out=out, **base)
 
 
+LINES_TASKS = ("lines/copy", "lines/insert_index", "lines/insert_random", "lines/remove_index", "lines/remove_random",
+               "lines/replace_index", "lines/replace_random", "lines/reverse", "lines/shuffle", "lines/sort")
+
+
+def _tiny_lines(out: str, **kw) -> TrainConfig:
+    """ripple-tiny-lines' recipe (its model card): ripple-tiny's shape on the ten waiting-line operations,
+    response 32 as ParallelBench generates them; sort and shuffle, the hardest, twice per cycle."""
+    base = dict(steps=STEPS_LINES, lr=3e-3, d_model=128, n_layers=4, n_heads=4, mlp_hidden=352, response_length=32,
+                tasks=LINES_TASKS, mix=(1, 1, 1, 1, 1, 1, 1, 1, 2, 2))
+    base.update(kw)
+    return TrainConfig(out=out, **base)
+
+
 def _micro(out: str, **kw) -> TrainConfig:
     """A seconds-long config for tests: same code path, a toy model."""
     base = dict(steps=20, batch_size=8, lr=3e-3, warmup=2, d_model=64, n_layers=2, n_heads=2, mlp_hidden=128,
@@ -380,5 +394,5 @@ def _micro_bd(out: str, **kw) -> TrainConfig:
                                  topk_groups=1, expert_hidden=32, block_length=16, edit_share=0.25, edit_keep=0.5), **kw})
 
 
-PRESETS = {"tiny": _tiny, "micro": _micro, "tiny-bd": _tiny_bd, "micro-bd": _micro_bd}
+PRESETS = {"tiny": _tiny, "micro": _micro, "tiny-bd": _tiny_bd, "micro-bd": _micro_bd, "tiny-lines": _tiny_lines}
 FAMILY_PRESETS = {"llada": "tiny", "llada2_moe": "tiny-bd"}  # `--family` alone picks the shipped recipe

@@ -153,3 +153,42 @@ def test_ripple_eval_seeds_each_example_from_seed_and_id(golden, tmp_path, capsy
     samples = [json.loads(line) for line in out.read_text().splitlines()]
     assert [s["seed"] for s in samples] == [sample_seed(5, s["sample_id"]) for s in samples]
     assert all(s["encoder_nfe"] == 2 and s["nfe"] > 2 for s in samples)
+
+
+def test_a_generated_image_token_is_text_under_every_cache(golden, gemma, tmp_path, capsys, monkeypatch):
+    """Seed 57 samples the image token id (config's image_token_id) inside the first canvas; with the
+    encoder recomputed from scratch (cache none) that canvas is re-encoded behind the prompt, and it is
+    the model's own text, not a prompt: both caches decode, with the same tokens and the golden rules'
+    NFE (every decoder forward of the trace, plus one encoder pass for the prompt and one per canvas
+    that another canvas follows). A prompt holding the image token is refused in one line before any
+    weights load."""
+    image = gemma.config["image_token_id"]
+    runs = {}
+    for cache in ("none", "prefix"):
+        trace = tmp_path / f"{cache}.jsonl"
+        argv = ["generate", "--model", str(golden / NAME), "--decoder", "renoise", "--gen-length", "16",
+                "--block-length", "8", "--seed", "57", "--input-ids", "5,17,40,9", "--cache", cache, "--device", "cpu",
+                "--json", "--trace", str(trace)]
+        assert main(argv) == 0, capsys.readouterr().err
+        record = json.loads(capsys.readouterr().out)
+        steps = [e for e in map(json.loads, trace.read_text().splitlines()) if e["phase"] == "step"]
+        canvases = sorted({e["canvas"] for e in steps})
+        assert canvases == [0, 1] and all(sum(e["canvas"] == k for e in steps) <= 12 for k in canvases)
+        assert record["encoder_nfe"] == len(canvases) and record["nfe"] == len(steps) + record["encoder_nfe"]
+        runs[cache] = record
+    assert image in runs["prefix"]["tokens"][:8]
+    assert runs["none"]["tokens"] == runs["prefix"]["tokens"] and runs["none"]["nfe"] == runs["prefix"]["nfe"]
+
+    import ripple.platform.runtime.loading as loading
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the weights were loaded before the prompt was checked")
+
+    monkeypatch.setattr(loading, "load_model", no_weights)
+    for cache in ("none", "prefix"):
+        argv = ["generate", "--model", str(golden / NAME), "--decoder", "renoise", "--gen-length", "16",
+                "--block-length", "8", "--input-ids", f"5,{image},9", "--cache", cache, "--device", "cpu"]
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1
+        assert f"diffusion_gemma: the prompt holds the image token {image}; images are not supported" in captured.err

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ....errors import RippleError
-from .family import Family, register_family
+from .family import Family, refuse_prompt, register_family
 from .moe import GatedMLP, MoE, MoEConfig
 from .transformer import RMSNorm, apply_rope, attend, inv_frequencies, rms_norm, rope_cos_sin
 
@@ -268,15 +268,18 @@ class DiffusionGemma(nn.Module):
                           every(T) if valid is None else valid), dim=1)
 
     def encode(self, ids: torch.Tensor, positions: torch.Tensor | None = None, cache: GemmaCache | None = None,
-               valid: torch.Tensor | None = None) -> EncoderOutput:
+               valid: torch.Tensor | None = None, prompt_columns: int | None = None) -> EncoderOutput:
         """Causal pass over ids [B, T] at positions [B, T] (default: after the cache), appended to `cache`
         (None: the prompt, a new cache). `valid` [B, T]: False at padding (left-padded prompts of a batch).
-        A prompt (no cache yet) is checked for the image token: one host read per sample."""
+        `prompt_columns`: how many leading columns of ids are the user's prompt, checked for the image token
+        (default: all of them when there is no cache, none after it). A recomputing engine passes the prompt's
+        width, since the canvases it re-encodes behind the prompt are the model's own text, whatever their ids."""
         T = ids.shape[1]
         start = cache.length if cache is not None else 0
-        if cache is None and self.cfg.image_token_id is not None and bool((ids == self.cfg.image_token_id).any()):
-            raise RippleError(f"{self.family}: the prompt holds the image token {self.cfg.image_token_id}; "
-                              f"images are not supported (text only)")
+        if prompt_columns is None:
+            prompt_columns = T if cache is None else 0
+        if prompt_columns and self.cfg.image_token_id is not None:
+            refuse_prompt(self.family, ids[:, :prompt_columns], _refusals(self.cfg.image_token_id))
         if positions is None:
             positions = self._positions(start, ids)
         all_valid = self._slots(cache, valid, ids)  # [B, start + T] or None
@@ -425,6 +428,13 @@ def _rename(key: str) -> str | None:
     return f"layers.{layer}.{_LAYER_NAMES.get(name, name)}"
 
 
+def _refusals(image_token_id) -> dict[int, tuple[str, str]]:
+    """Text only: a prompt holding the image placeholder is refused (the vision tower is not loaded)."""
+    if image_token_id is None:
+        return {}
+    return {int(image_token_id): ("image token", "images are not supported (text only)")}
+
+
 DIFFUSION_GEMMA = register_family(Family(
     name="diffusion_gemma",
     model_types=("diffusion_gemma",),
@@ -435,4 +445,5 @@ DIFFUSION_GEMMA = register_family(Family(
     max_positions=lambda cfg: int((cfg.get("text_config") or {}).get("max_position_embeddings", 131072)),
     noise="uniform",
     module=DiffusionGemma,
+    prompt_refusals=lambda cfg: _refusals(cfg.get("image_token_id")),
 ))

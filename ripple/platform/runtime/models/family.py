@@ -43,6 +43,10 @@ class Family:
     # the family's own module class, built as module(cfg, family=name, noise=noise) from `to_config`'s
     # result; None: DiffusionTransformer with the mask-decoding properties above
     module: Callable[..., nn.Module] | None = None
+    # ids a user's prompt may not hold, read from config.json: {id: (what it is, why it is refused)}.
+    # Only the prompt is checked (before any weights load, and at the encoder's prompt columns); tokens
+    # the model generated are text whatever their id, under every cache
+    prompt_refusals: Callable[[dict[str, Any]], dict[int, tuple[str, str]]] = lambda cfg: {}
 
     def __post_init__(self):
         if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
@@ -99,6 +103,16 @@ def renamer(block_key: str, block_names: dict[str, str], top_names: dict[str, st
         return top_names.get(key)
 
     return rename
+
+
+def refuse_prompt(family: str, ids, refusals: dict[int, tuple[str, str]]) -> None:
+    """One line for the first refused id a prompt holds (`ids`: a sequence of ints or a tensor)."""
+    if not refusals:
+        return
+    held = set(ids.reshape(-1).tolist()) if hasattr(ids, "reshape") else set(ids)
+    for token, (what, why) in refusals.items():
+        if token in held:
+            raise RippleError(f"{family}: the prompt holds the {what} {token}; {why}")
 
 
 def require(cfg: dict[str, Any], key: str) -> Any:
