@@ -143,6 +143,11 @@ def register_task(cls: T) -> T:
     return cls
 
 
+def registered_task(name: str) -> type[Task] | None:
+    """The class registered as `name` now, or None (no plugin reading, no task family asked)."""
+    return _TASKS.get(name)
+
+
 def task_names() -> list[str]:
     """Registered task names (and those a task family finds in the data directory in effect), sorted."""
     PLUGINS.read()

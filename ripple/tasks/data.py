@@ -48,13 +48,14 @@ def load_rows(task: str, source: Source, directory: str | os.PathLike | None = N
     if local is not None:
         for rel in source.local:
             if (local / rel).is_file():
-                return _read_jsonl(local / rel)
+                return read_jsonl(local / rel)
         raise RippleError(f"task {task}: none of {', '.join(source.local)} found in data directory {str(local)!r} "
                           f"(layout like ../shared/data: {LAYOUT})")
     return _from_hub(task, source)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every row of a JSON-lines file (optionally gzipped); a corrupt line or an empty file is one line."""
     opener = gzip.open if path.suffix == ".gz" else open
     rows, lineno = [], 0
     try:

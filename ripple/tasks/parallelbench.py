@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ripple.errors import RippleError
-from ripple.tasks.base import Example, Score, TaskFamily, register_task, register_task_family
+from ripple.tasks.base import Example, Score, TaskFamily, register_task, register_task_family, registered_task
 from ripple.tasks.benchmark import BenchmarkTask
-from ripple.tasks.data import DATA_DIR_ENV, _read_jsonl, data_dir
+from ripple.tasks.data import DATA_DIR_ENV, data_dir, read_jsonl
 from ripple.tasks.parallelbench_scoring import METRICS, score_completion
 
 PREFIX = "parallelbench"
@@ -116,7 +116,7 @@ class ParallelBenchTask(BenchmarkTask):
         if not path.is_file():
             raise RippleError(f"task {self.name}: {path} not found; it comes with ParallelBench's "
                               f"{TEST_FOLDER}/{self.category}/ folder ({REPO})")
-        return [self._example(row, i, template, metric, path) for i, row in enumerate(_read_jsonl(path))]
+        return [self._example(row, i, template, metric, path) for i, row in enumerate(read_jsonl(path))]
 
     def _example(self, row: dict, index: int, template: str, metric: str, path: Path) -> Example:
         try:
@@ -143,11 +143,10 @@ class ParallelBenchTask(BenchmarkTask):
 
 def task_class_for(category: str, task: str) -> type[ParallelBenchTask]:
     """The registered class of `parallelbench/<category>/<task>` (made and registered on first use)."""
-    from ripple.tasks.base import _TASKS
-
     name = f"{PREFIX}/{category}/{task}"
-    if name in _TASKS:
-        return _TASKS[name]  # type: ignore[return-value]
+    known = registered_task(name)
+    if known is not None:
+        return known  # type: ignore[return-value]
     doc = f"ParallelBench {category}/{task}: {KINDS[_kind(category)][1]}-token response, scored as ParallelBench does."
     cls = type(f"ParallelBench_{category}_{task}", (ParallelBenchTask,),
                {"name": name, "category": category, "task": task, "metric": METRIC_OF[task], "gen_length": KINDS[_kind(category)][1],
