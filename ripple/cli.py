@@ -340,7 +340,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
               f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})"
               + ("" if m.mean_edits is None else f" | edits/sample {m.mean_edits:.2f}"))
         if m.strict is not None:  # ParallelBench's second figure: the same rule on strictly formatted answers
-            print(f"strict {m.strict:.1f} % (score_strict: brackets, \", \" separators and quoted items required)")
+            print(f"strict {m.strict:.1f} % (ParallelBench's score_strict: the same rule on a strictly formatted answer)")
     return 0
 
 
