@@ -241,6 +241,10 @@ class Scheduler(ABC):
     # (commits into masked positions) or "uniform" (renoises a canvas of tokens; module docstring)
     noise: ClassVar[str] = "mask"
     default_cache: ClassVar[str] = "none"  # the cache policy a run without --cache uses
+    # hyperparameters that count forwards over the whole response (ParallelBench's `steps`): PBx compares
+    # configurations by tokens per step, gen_length / value, so one setting at two response lengths
+    # (32 and 64 tokens, steps 8 and 16) is one configuration (k = 4)
+    response_steps_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: HyperParams | None = None):
         self.params = params if params is not None else self.Params()

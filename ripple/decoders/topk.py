@@ -77,6 +77,7 @@ class TopK(Scheduler):
     Params = TopKParams
     decides_first_position = True  # ParallelBench's Dream loop has no opening commit
     idle_steps = True  # a Dream quota may round down to 0
+    response_steps_params = ("steps",)  # PBx groups `steps` by tokens per step (gen_length / steps)
 
     _shifted = False  # the run's family reads position i's prediction at i - 1 (`prepare`)
     _gen_length = 0

@@ -56,10 +56,11 @@ class CellResult:
         gen = self.settings.get("gen_length", 0)
         frame = pl.DataFrame([{"sample_id": s.sample_id, "correct": s.correct, "error": None, "nfe": s.nfe,
                                "generated_tokens": s.generated_tokens, "decode_seconds": s.decode_seconds,
-                               "gen_length": gen, "edits": s.edits} for s in self.samples],
+                               "gen_length": gen, "edits": s.edits, "score_strict": strict_of(s.score)}
+                              for s in self.samples],
                              schema={"sample_id": pl.String, "correct": pl.Boolean, "error": pl.String, "nfe": pl.Int64,
                                      "generated_tokens": pl.Int64, "decode_seconds": pl.Float64, "gen_length": pl.Int64,
-                                     "edits": pl.Int64})
+                                     "edits": pl.Int64, "score_strict": pl.Float64})
         return cell_metrics(frame)
 
     def __getattr__(self, name: str):  # accuracy, mean_nfe, tps, canvas_tps, decode_seconds, ...
@@ -69,6 +70,12 @@ class CellResult:
 
     def summary(self) -> dict[str, Any]:
         return {**self.settings, **self.stats.metrics(), "n": self.n}
+
+
+def strict_of(details: dict[str, Any]) -> float | None:
+    """A score's strict figure (ParallelBench's `score_strict`), or None for a task without one."""
+    value = details.get("score_strict")
+    return None if value is None else float(value)
 
 
 def sample_seed(seed: int, sample_id: str) -> int:
