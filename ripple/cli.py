@@ -167,14 +167,15 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    "hyperparameters)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="decoder hyperparameter, repeatable (e.g. --set tau=0.9)")
-    p.add_argument("--gen-length", type=int, default=None, help="response positions (default: the model's "
-                   "generation_config.json, else 48)")
-    p.add_argument("--block-length", type=int, default=None, help="positions per block (default: the model's "
-                   "generation_config.json, else 16)")
+    p.add_argument("--gen-length", type=int, default=None, help="response positions (default: the task's own for "
+                   "eval, e.g. 32 for ParallelBench's waiting line; else the model's generation_config.json, else 48)")
+    p.add_argument("--block-length", type=int, default=None, help="positions per block (default: the response "
+                   "for a task with its own length; else the model's generation_config.json, else 16)")
     p.add_argument("--cache", default=None, help="KV cache policy: none, prefix, dual (default: the decoder's, "
                    "none for mask decoders, prefix for renoise)")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of each sample's random generator (decoders that sample: renoise); default 0. "
+                   help="seed of each sample's random generator (decoders that draw: renoise, topk's rank=random); "
+                        "default 0. "
                         "eval derives each example's seed from it and the example id, as grids do")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
@@ -265,6 +266,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"accuracy {m.accuracy_text()} % (95 % Wilson interval {m.accuracy_lo:.1f} to {m.accuracy_hi:.1f}) | "
           f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})"
           + ("" if m.mean_edits is None else f" | edits/sample {m.mean_edits:.2f}"))
+    if m.strict is not None:  # ParallelBench's second figure: the same rule on strictly formatted answers
+        print(f"strict {m.strict:.1f} % (ParallelBench's score_strict: the same rule on a strictly formatted answer)")
     return 0
 
 
@@ -359,8 +362,10 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         print(json.dumps(found))
         return 0
     width = max(len(r["task"]) for r in found)
-    for r in (r for r in found if "refused" not in r):
-        print(f"{r['task']:<{width}}  {r['metric']:<12} {r['provider']:<10} {r['source']}")
+    rows = [r for r in found if "refused" not in r]
+    metric_width = max(len(r["metric"]) for r in rows)
+    for r in rows:
+        print(f"{r['task']:<{width}}  {r['metric']:<{metric_width}} {r['provider']:<10} {r['source']}")
     for b in (r for r in found if "refused" in r):
         print(f"{b['task']:<{width}}  REFUSED ({b['provider']}): {b['refused']}")
     return 0

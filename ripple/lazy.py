@@ -4,20 +4,20 @@ in a decoder module reads like `import torch`, and the first attribute read impo
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 from typing import Any
 
 
 class LazyModule(types.ModuleType):
-    """A stand-in for module `name` that imports it at its first attribute read, then keeps a copy of
-    its namespace (later reads are plain attribute reads). It never enters sys.modules, so
-    `"torch" in sys.modules` keeps saying whether torch was imported."""
+    """A stand-in for module `name` that imports it at its first attribute read. Every read goes to the
+    module itself (so a test that patches `torch.rand` is seen), and the stand-in never enters
+    sys.modules: `"torch" in sys.modules` keeps saying whether torch was imported."""
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__") and attr.endswith("__"):  # introspection (copy, pickle, doctest) stays cheap
             raise AttributeError(attr)
-        module = importlib.import_module(self.__name__)
-        self.__dict__.update(vars(module))
+        module = sys.modules.get(self.__name__) or importlib.import_module(self.__name__)
         return getattr(module, attr)
 
 

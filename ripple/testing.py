@@ -171,12 +171,15 @@ class CountedModel:
 
 
 def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SCRIPTED_MASK, lead=0,
-                     max_blocks=None, eos=(SCRIPTED_EOS,)) -> None:
+                     max_blocks=None, eos=(SCRIPTED_EOS,), idle_steps=False) -> None:
     """The shared properties of one decoded sample, from its output and decode trace.
 
-    Block-aligned families: `lead` prompt tokens sit at the start of the first block (trace
-    positions count from the response start), and a block-end EOS stop may decode fewer than
-    `max_blocks` blocks (blocks=None: as many as the trace shows)."""
+    `shift`: 1 where the block opening commits the block's first position (a shifted family, unless the
+    decoder decides it itself: `Engine.commits_at_opening`). Block-aligned families: `lead` prompt
+    tokens sit at the start of the first block (trace positions count from the response start), and a
+    block-end EOS stop may decode fewer than `max_blocks` blocks (blocks=None: as many as the trace
+    shows). `idle_steps`: the decoder declares that a step may commit nothing; its blocks must still
+    end within block_length steps, the last one committing."""
     L = block_length
     if blocks is None:
         blocks = len({e["block"] for e in events})
@@ -198,7 +201,11 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
         if any(e["block"] == b for e in fills):
             continue  # a fixed schedule that ended the block with masks (its positions were taken back)
         net = 0
-        for t, e in enumerate([e for e in steps if e["block"] == b], 1):
+        mine = [e for e in steps if e["block"] == b]
+        if idle_steps:  # a fixed schedule of forwards, some committing nothing: bounded, and it ends the block
+            assert len(mine) <= L and (not mine or mine[-1]["committed"]), f"no progress in block {b}: {mine}"
+            continue
+        for t, e in enumerate(mine, 1):
             net += len(e["committed"]) - len(e.get("remasked", []))
             assert net >= t, f"no progress: {e}"
     # no forward once a block is complete: one opening forward per block, then exactly one forward
@@ -210,17 +217,17 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
 
 
 def _check_sample(out, events, calls, prompt_length: int, *, gen_length: int, block_length: int, block_causal: bool,
-                  shift: int, mask: int, eos) -> None:
+                  shift: int, mask: int, eos, idle_steps: bool = False) -> None:
     """`check_invariants` with the block layout of the family: a block-causal family's blocks start at
     position 0 (the first holds the prompt's tail) and an end-of-sequence may stop it early."""
     if block_causal:
         check_invariants(out, events, calls, blocks=None, block_length=block_length, shift=0, mask=mask,
                          lead=prompt_length % block_length,
                          max_blocks=-(-(prompt_length + gen_length) // block_length) - prompt_length // block_length,
-                         eos=eos)
+                         eos=eos, idle_steps=idle_steps)
     else:
         check_invariants(out, events, calls, blocks=gen_length // block_length, block_length=block_length,
-                         shift=shift, mask=mask)
+                         shift=shift, mask=mask, idle_steps=idle_steps)
 
 
 def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"), gen_length: int = 12,
@@ -238,12 +245,13 @@ def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"),
             events: list = []
             cfg = GenerationConfig(gen_length=gen_length, block_length=block_length, cache=cache)
             prompt = list(SCRIPTED_PROMPTS[0])
-            out = engine.generate([prompt], make(), cfg, trace=events.append)[0]
+            dec = make()
+            out = engine.generate([prompt], dec, cfg, trace=events.append)[0]
             where = f"{family} family, cache {cache}"
             try:
                 _check_sample(out, events, model.calls, len(prompt), gen_length=gen_length, block_length=block_length,
-                              block_causal=family == "block_causal", shift=int(family == "shifted"),
-                              mask=SCRIPTED_MASK, eos=(SCRIPTED_EOS,))
+                              block_causal=family == "block_causal", shift=int(engine.commits_at_opening(dec, cache)),
+                              mask=SCRIPTED_MASK, eos=(SCRIPTED_EOS,), idle_steps=dec.idle_steps)
             except AssertionError as exc:
                 raise AssertionError(f"{where}: {exc}") from None
             again = scripted_engine(family)[0].generate([prompt], make(), cfg)[0]
@@ -280,10 +288,12 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
         for p in prompts:
             eng, model = engine()
             events: list = []
-            out = eng.generate([list(p)], make(), cfg, trace=events.append)[0]
+            dec = make()
+            out = eng.generate([list(p)], dec, cfg, trace=events.append)[0]
             try:
                 _check_sample(out, events, model.calls, len(p), gen_length=gen_length, block_length=block_length,
-                              block_causal=bc, shift=lm.model.shift, mask=lm.mask_id, eos=lm.eos_ids)
+                              block_causal=bc, shift=int(eng.commits_at_opening(dec, cache)), mask=lm.mask_id,
+                              eos=lm.eos_ids, idle_steps=dec.idle_steps)
             except AssertionError as exc:
                 raise AssertionError(f"cache {cache}, prompt {list(p)}: {exc}") from None
             singles.append(out)
@@ -368,10 +378,10 @@ def compare_trajectories(model, cases, decoder: str | None = None, *, cache: str
     """Run each case of a golden-format list through `ripple.generate` (as `ripple generate` would, in
     float32 on the CPU) and compare. A case holds `prompt` (ids), `gen_length`, `block_length`,
     `output` (the response ids) and optionally `nfe`, `decoder`, `params` (Ripple's names), `cache`,
-    `case` (its name) and `steps_log` (per forward `committed` [[response position, token], ...]: then
-    every forward's commits are compared in order). `settings(case)` may map a case to hyperparameter
-    strings; `options` are more keyword arguments of `ripple.generate` (stop_at_eos=True, ...).
-    Returns the mismatches (empty: all equal)."""
+    `seed` (the sample's seed), `case` (its name) and `steps_log` (per forward `committed` [[response
+    position, token], ...]: then every forward's commits are compared in order). `settings(case)` may
+    map a case to hyperparameter strings; `options` are more keyword arguments of `ripple.generate`
+    (stop_at_eos=True, ...). Returns the mismatches (empty: all equal)."""
     from .api import generate
     from .errors import RippleError
 
@@ -382,8 +392,8 @@ def compare_trajectories(model, cases, decoder: str | None = None, *, cache: str
         try:
             out = generate(str(model), list(case["prompt"]), case.get("decoder", decoder),
                            gen_length=case["gen_length"], block_length=case["block_length"],
-                           cache=case.get("cache", cache), dtype="float32", device="cpu", trace=True,
-                           **{**options, **{k: str(v) for k, v in pairs.items()}})
+                           cache=case.get("cache", cache), seed=case.get("seed"), dtype="float32", device="cpu",
+                           trace=True, **{**options, **{k: str(v) for k, v in pairs.items()}})
         except RippleError as exc:
             found.append(Mismatch(name, f"refused: {exc}"))
             continue

@@ -9,9 +9,10 @@ decoder and its settings, the model's kind of family, lengths and cache, the pro
 load. A decoder is a registered name with its settings, or a Scheduler instance or subclass the
 caller defined (never registered): records name the latter `local:NAME`.
 
-Lengths not given come from the model's generation_config.json (`gen_length` or
-`max_new_tokens`, and `block_length`) and otherwise from `DEFAULT_GEN_LENGTH` and
-`DEFAULT_BLOCK_LENGTH` (48 and 16, what `ripple eval` always defaulted to).
+Lengths not given come from the task's own (`Task.gen_length`, with the block equal to the
+response; evaluate only), else from the model's generation_config.json (`gen_length` or
+`max_new_tokens`, and `block_length`), else from `DEFAULT_GEN_LENGTH` and `DEFAULT_BLOCK_LENGTH`
+(48 and 16, what `ripple eval` always defaulted to).
 """
 from __future__ import annotations
 
@@ -301,7 +302,8 @@ def _sample_frame(samples: Sequence[SampleResult]) -> pl.DataFrame:
                                       "correct": pl.Boolean, "score": pl.String, "nfe": pl.Int64,
                                       "lookahead_nfe": pl.Int64, "decode_seconds": pl.Float64,
                                       "generated_tokens": pl.Int64, "tps": pl.Float64, "canvas_tps": pl.Float64,
-                                      "edits": pl.Int64, "encoder_nfe": pl.Int64, "seed": pl.Int64})
+                                      "edits": pl.Int64, "encoder_nfe": pl.Int64, "seed": pl.Int64,
+                                      "floor_nfe": pl.Int64})
 
 
 def evaluation(cell: CellResult) -> Evaluation:
@@ -322,10 +324,14 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] = "rps
     """Decode and score the first `limit` test examples of `task`, one at a time (each example's seed
     derives from `seed` and its id, as in grids). `settings` are the decoder's hyperparameters."""
     dec = resolve_decoder(decoder, model, settings)
-    from ...tasks import get_task
+    from ...tasks import get_task, task_class
     from ...tasks.prompting import chat_form
     from .evaluate import evaluate_cell
 
+    own = task_class(task).gen_length  # a task's own response length (ParallelBench: 32, 64)
+    if own and block_length is None:  # such a task runs with the block equal to the response
+        block_length = gen_length or own
+    gen_length = gen_length or own
     config = decode_config(model, dec, gen_length=gen_length, block_length=block_length, cache=cache,
                            stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align)
     check_limit(limit)
