@@ -96,7 +96,7 @@ def plot(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]], path
             ax.set_xlabel("tokens per forward", fontsize=8)
     handles, labels = fig.axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(9, len(labels)), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.subplots_adjust(left=0.05, right=0.98, top=0.93, bottom=0.16, hspace=0.45, wspace=0.25)
     fig.savefig(path)
     return path
 
@@ -109,10 +109,13 @@ def to_markdown(best: list[Best], pbx) -> str:
         out.append(f"| {b.task.split('/')[-1]} | {label} | {b.accuracy:.1f} | {b.mean_nfe:.2f} | {b.floor:.2f} | "
                    f"{b.ratio:.2f} |")
     out += ["", "| decoder | configurations | PB90 | PB80 |", "|---|---|---|---|"]
-    for r in pbx:
-        if len(r.tasks) > 1:
-            shown = ["-" if r.pbx[x] is None else f"{r.pbx[x]:.2f}" for x in (90, 80)]
-            out.append(f"| {r.decoder} | {len(r.configs)} | {shown[0]} | {shown[1]} |")
+    widest = {}
+    for r in pbx:  # per decoder, its row over all its tasks
+        if r.decoder not in widest or len(r.tasks) > len(widest[r.decoder].tasks):
+            widest[r.decoder] = r
+    for r in widest.values():
+        shown = ["-" if r.pbx[x] is None else f"{r.pbx[x]:.2f}" for x in (90, 80)]
+        out.append(f"| {r.decoder} | {len(r.configs)} | {shown[0]} | {shown[1]} |")
     return "\n".join(out) + "\n"
 
 
