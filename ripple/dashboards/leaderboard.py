@@ -263,7 +263,9 @@ def _pb_setting(c: dict[str, Any]) -> tuple[tuple, str]:
 
 
 def build_pbx(cells: pl.DataFrame) -> list[PbRow]:
-    """PBx per model, weights and decoder over the cells of ParallelBench-scored tasks (module docstring)."""
+    """PBx per model, weights and decoder over the cells of ParallelBench-scored tasks (module docstring):
+    over all of a model's such tasks, then, where there are several, over each task alone (PBx per
+    operation), the all-task row first."""
     from ..decoders import names
 
     counted = cells.filter(pl.col("task").map_elements(_counts_for_pbx, return_dtype=pl.Boolean)
@@ -272,21 +274,30 @@ def build_pbx(cells: pl.DataFrame) -> list[PbRow]:
     out = []
     for key in counted.select("model", "weights", "decoder").unique().iter_rows(named=True):
         part = counted.filter(pl.all_horizontal([pl.col(k) == v for k, v in key.items()]))
-        per: dict[tuple, tuple[str, dict[str, list[tuple[float, float]]]]] = {}
-        for c in part.iter_rows(named=True):
-            config, text = _pb_setting(c)
-            tasks = per.setdefault(config, (text, {}))[1]
-            tasks.setdefault(c["task"], []).append((c["accuracy"], c["gen_length"] / c["mean_nfe"]))
-        configs = []
-        for text, tasks in per.values():
-            means = [(sum(a for a, _ in runs) / len(runs), sum(t for _, t in runs) / len(runs)) for runs in tasks.values()]
-            configs.append(PbConfig(text or "defaults", len(means), sum(a for a, _ in means) / len(means),
-                                    sum(t for _, t in means) / len(means)))
-        configs.sort(key=lambda p: (p.tokens_per_step, p.setting))
-        out.append(PbRow(key["model"], key["weights"], key["decoder"], tuple(sorted(set(part["task"].to_list()))),
-                         tuple(configs), pb_scores((p.tokens_per_step, p.score) for p in configs)))
-    out.sort(key=lambda r: (r.model, r.weights, order.get(r.decoder, len(order)), r.decoder))
+        tasks = sorted(set(part["task"].to_list()))
+        scopes = [part] + ([part.filter(pl.col("task") == t) for t in tasks] if len(tasks) > 1 else [])
+        out.extend(_pb_row(key, scope) for scope in scopes)
+    out.sort(key=lambda r: (r.model, r.weights, order.get(r.decoder, len(order)), r.decoder, len(r.tasks) == 1,
+                            r.tasks))
     return out
+
+
+def _pb_row(key: dict[str, Any], part: pl.DataFrame) -> PbRow:
+    """One decoder's PBx over the tasks of `part` (its cells): each configuration's mean score and tokens
+    per step over those tasks."""
+    per: dict[tuple, tuple[str, dict[str, list[tuple[float, float]]]]] = {}
+    for c in part.iter_rows(named=True):
+        config, text = _pb_setting(c)
+        tasks = per.setdefault(config, (text, {}))[1]
+        tasks.setdefault(c["task"], []).append((c["accuracy"], c["gen_length"] / c["mean_nfe"]))
+    configs = []
+    for text, tasks in per.values():
+        means = [(sum(a for a, _ in runs) / len(runs), sum(t for _, t in runs) / len(runs)) for runs in tasks.values()]
+        configs.append(PbConfig(text or "defaults", len(means), sum(a for a, _ in means) / len(means),
+                                sum(t for _, t in means) / len(means)))
+    configs.sort(key=lambda p: (p.tokens_per_step, p.setting))
+    return PbRow(key["model"], key["weights"], key["decoder"], tuple(sorted(set(part["task"].to_list()))),
+                 tuple(configs), pb_scores((p.tokens_per_step, p.score) for p in configs))
 
 
 # ---------------------------------------------------------------------------- plot

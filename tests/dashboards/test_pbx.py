@@ -78,8 +78,15 @@ def test_leaderboard_pbx_over_the_parallelbench_tasks(tmp_path, steps_decoder):
     _cells(st, "confidence", "arith", 48, [(c(0.5), [t, t, t, t], 2)], rng)
     _cells(st, "confidence", WAIT, 32, [(c(0.5), [f, f, f, f], 1)], rng, weights="w2")
     board = build_leaderboard(tmp_path, tmp_path / "lb")
-    rows = {(r.weights, r.decoder): r for r in board.pbx}
+    rows = {(r.weights, r.decoder): r for r in board.pbx if len(r.tasks) > 1 or r.weights == "w2"}
     assert set(rows) == {("w1", steps_decoder), ("w1", "confidence"), ("w2", "confidence")}
+    # per task too (PBx per operation) where a decoder has several tasks, after its all-task row
+    alone = {(r.decoder, r.tasks): r for r in board.pbx if r.weights == "w1" and len(r.tasks) == 1}
+    assert set(alone) == {(d, (t,)) for d in (steps_decoder, "confidence") for t in (SUDOKU, WAIT)}
+    assert alone[steps_decoder, (WAIT,)].pbx == {90: 1.0, 80: 1.0, 70: 4.0, 60: 4.0}  # 100 % at k 1, 75 % at 4
+    assert alone["confidence", (SUDOKU,)].pbx == {90: None, 80: None, 70: 4.0, 60: 4.0}
+    assert [r.tasks for r in board.pbx if r.decoder == "confidence" and r.weights == "w1"] == \
+        [(SUDOKU, WAIT), (SUDOKU,), (WAIT,)]
 
     topk = rows[("w1", steps_decoder)]
     assert topk.tasks == (SUDOKU, WAIT)
@@ -103,7 +110,7 @@ def test_leaderboard_pbx_over_the_parallelbench_tasks(tmp_path, steps_decoder):
     assert tuple(table[0]) == PBX_COLUMNS
     assert [steps_decoder, "2", "3", "", "1.0", "4.0", "4.0"] in [r[2:] for r in table[1:]]
     data = json.loads((tmp_path / "lb" / "leaderboard.json").read_text())
-    (entry,) = [e for e in data["pbx"] if e["decoder"] == "confidence" and e["weights"] == "w1"]
+    (entry,) = [e for e in data["pbx"] if e["decoder"] == "confidence" and e["weights"] == "w1" and len(e["tasks"]) > 1]
     assert (entry["pb70"], entry["pb80"], entry["tasks"]) == (3.0, None, [SUDOKU, WAIT])
     assert entry["configurations"][0] == {"setting": "defaults", "tasks": 2, "score": 75.0, "tokens_per_step": 3.0}
     strict = {row["decoder"]: row["strict"] for s in data["sections"] if s["task"] == WAIT for row in s["rows"]}

@@ -1,0 +1,146 @@
+"""How close each decoder gets to a task's floor: the figures of `ripple grid lines` (docs/embedded-models.md).
+
+A task with free choices gives each record its `floor_nfe`, the fewest forwards a decoder can make and
+always be right (ripple/tasks/lines.py). From one experiment's store this writes:
+- floors.png: accuracy against tokens per forward (TPF) per task, one curve per decoder (its settings
+  joined in TPF order), and the floor marked: the TPF of a decoder that writes the right answer in the
+  floor's forwards (the `default` cell's correct answers: generated tokens over floor_nfe, summed);
+- floors.md: per task the best decoder setting at accuracy >= 95 % (fewest forwards) with its NFE over
+  the floor, or the most accurate setting where none reaches 95 %; then PB90 / PB80 per decoder over the
+  tasks (the leaderboard's PBx).
+Run: python -m ripple.dashboards.floors [STORE] [EXPERIMENT] [OUT]   (defaults: results lines results/floors)
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from ..errors import RippleError
+from ..platform.experiments.store import ResultStore
+from .leaderboard import build_pbx, load_cells
+from .report import new_figure
+
+TARGET = 95.0  # accuracy (percent) at which a setting counts as solving the task
+
+
+@dataclass(frozen=True)
+class Best:
+    """A task's best setting: fewest forwards at >= TARGET accuracy, else the most accurate."""
+
+    task: str
+    label: str
+    accuracy: float
+    mean_nfe: float
+    floor: float  # mean floor_nfe over the task's problems
+    reached: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.mean_nfe / self.floor
+
+
+def floors(records: pl.DataFrame) -> dict[str, tuple[float, float | None]]:
+    """Per task: (mean floor_nfe, the floor's TPF from the default cell's correct answers)."""
+    out = {}
+    for (task,), part in records.filter(pl.col("floor_nfe").is_not_null()).group_by("task"):
+        ok = part.filter((pl.col("decoder") == "default") & pl.col("correct") & (pl.col("params") ==
+                         part.filter(pl.col("decoder") == "default")["params"].min()))
+        per = part.unique("sample_id")
+        tpf = ok["generated_tokens"].sum() / ok["floor_nfe"].sum() if ok.height else None
+        out[task] = (float(per["floor_nfe"].mean()), tpf)
+    return out
+
+
+def best_settings(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]]) -> list[Best]:
+    out = []
+    for task in sorted(floor):
+        part = cells.filter(pl.col("task") == task)
+        if part.height == 0:
+            continue
+        solved = part.filter(pl.col("accuracy") >= TARGET).sort(["mean_nfe", "accuracy"], descending=[False, True])
+        pick = solved if solved.height else part.sort(["accuracy", "mean_nfe"], descending=[True, False])
+        row = pick.row(0, named=True)
+        out.append(Best(task, row["label"], row["accuracy"], row["mean_nfe"], floor[task][0], solved.height > 0))
+    return out
+
+
+def plot(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]], path: Path) -> Path:
+    tasks = sorted(floor)
+    cols = 5
+    rows = -(-len(tasks) // cols)
+    fig = new_figure(3.1 * cols, 2.7 * rows + 0.8)
+    decoders = sorted(set(cells["decoder"].to_list()))
+    colours = {d: f"C{i % 10}" for i, d in enumerate(decoders)}
+    markers = {d: "osD^v<>ph*"[i // 10 % 10] for i, d in enumerate(decoders)}
+    for i, task in enumerate(tasks):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        part = cells.filter((pl.col("task") == task) & pl.col("tpf").is_not_null())
+        for d in decoders:
+            pts = sorted((r["tpf"], r["accuracy"]) for r in part.filter(pl.col("decoder") == d).iter_rows(named=True))
+            if pts:
+                ax.plot(*zip(*pts), marker=markers[d], ms=3, lw=1, color=colours[d], label=d)
+        mean_floor, tpf = floor[task]
+        if tpf is not None:
+            ax.axvline(tpf, color="k", ls="--", lw=0.8)
+            ax.text(tpf, 2, f" floor\n {mean_floor:.1f} fwd", fontsize=6, va="bottom")
+        ax.set_title(task.split("/")[-1], fontsize=9)
+        ax.set_ylim(0, 102)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        if i % cols == 0:
+            ax.set_ylabel("accuracy %", fontsize=8)
+        if i // cols == rows - 1:
+            ax.set_xlabel("tokens per forward", fontsize=8)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(9, len(labels)), fontsize=7, frameon=False)
+    fig.subplots_adjust(left=0.05, right=0.98, top=0.93, bottom=0.16, hspace=0.45, wspace=0.25)
+    fig.savefig(path)
+    return path
+
+
+def to_markdown(best: list[Best], pbx) -> str:
+    out = [f"| operation | best setting (accuracy >= {TARGET:g} %, fewest forwards) | accuracy % | mean NFE | "
+           "floor | NFE / floor |", "|---|---|---|---|---|---|"]
+    for b in best:
+        label = b.label if b.reached else f"none reaches {TARGET:g} %; most accurate: {b.label}"
+        out.append(f"| {b.task.split('/')[-1]} | {label} | {b.accuracy:.1f} | {b.mean_nfe:.2f} | {b.floor:.2f} | "
+                   f"{b.ratio:.2f} |")
+    out += ["", "| decoder | configurations | PB90 | PB80 |", "|---|---|---|---|"]
+    widest = {}
+    for r in pbx:  # per decoder, its row over all its tasks
+        if r.decoder not in widest or len(r.tasks) > len(widest[r.decoder].tasks):
+            widest[r.decoder] = r
+    for r in widest.values():
+        shown = ["-" if r.pbx[x] is None else f"{r.pbx[x]:.2f}" for x in (90, 80)]
+        out.append(f"| {r.decoder} | {len(r.configs)} | {shown[0]} | {shown[1]} |")
+    return "\n".join(out) + "\n"
+
+
+def floor_report(store: str | Path, experiment: str = "lines", out: str | Path = "results/floors") -> Path:
+    """Write floors.png and floors.md for `experiment` of the store into `out`; returns the Markdown path."""
+    records = ResultStore(store, experiment).read()
+    if records.height == 0:
+        raise RippleError(f"experiment {experiment!r} has no records in {store}; run `ripple grid {experiment}`")
+    floor = floors(records)
+    if not floor:
+        raise RippleError(f"experiment {experiment!r} has no task with a floor (floor_nfe); e.g. the lines/<op> tasks")
+    cells, _ = load_cells(store)
+    cells = cells.filter(pl.col("experiment") == experiment)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot(cells, floor, out / "floors.png")
+    md = out / "floors.md"
+    md.write_text(to_markdown(best_settings(cells, floor), build_pbx(cells)))
+    return md
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:] + ["results", "lines", "results/floors"][len(sys.argv[1:]):]
+    try:
+        print(floor_report(*args[:3]))
+    except RippleError as exc:
+        print(f"floors: error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,52 @@
+"""The floor report from records with known NFE, floors and scores: each operation's best setting at
+>= 95 % and its NFE over the floor (or the most accurate where none reaches it), the floor's TPF from the
+default cell's correct answers, and the plot."""
+import json
+import random
+
+import pytest
+
+from ripple.dashboards.floors import floor_report
+from ripple.errors import RippleError
+from ripple.platform.experiments.store import ResultStore
+from tests.dashboards import test_report as rep
+
+COPY, SHUFFLE = "lines/copy", "lines/shuffle"
+
+
+def _cell(store, decoder, params, task, nfe, corrects, floors, tokens=12):
+    cid = f"{decoder}-{task}-{json.dumps(params, sort_keys=True)}"
+    rng = random.Random(0)
+    store.append([rep.record(cid, decoder, params, task, 32, f"{task}-{i}", rng, experiment=store.experiment,
+                             nfe=nfe, correct=ok, floor_nfe=fl, generated_tokens=tokens, block_length=32)
+                  for i, (ok, fl) in enumerate(zip(corrects, floors))])
+
+
+def test_floor_report(tmp_path):
+    st = ResultStore(tmp_path, "lines")
+    t, f = True, False
+    copy_floor, shuffle_floor = [1] * 20, [3, 4, 5, 6] * 5  # shuffle: n forwards for n people
+    _cell(st, "default", {}, COPY, 32, [t] * 20, copy_floor)
+    _cell(st, "default", {}, SHUFFLE, 32, [t] * 19 + [f], shuffle_floor)
+    _cell(st, "confidence", {"tau": 0.9}, COPY, 2, [t] * 20, copy_floor)  # 100 % at 2 forwards
+    _cell(st, "confidence", {"tau": 0.5}, COPY, 1, [t] * 18 + [f] * 2, copy_floor)  # 90 %: does not count
+    _cell(st, "confidence", {"tau": 0.9}, SHUFFLE, 6, [t] * 10 + [f] * 10, shuffle_floor)
+    _cell(st, "rps", {}, SHUFFLE, 9, [t] * 18 + [f] * 2, shuffle_floor)  # 90 %: the most accurate but default
+    md = floor_report(tmp_path, "lines", tmp_path / "out")
+    text = md.read_text()
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
+    assert rows["copy"][1].startswith("confidence") and rows["copy"][3:6] == ["2.00", "1.00", "2.00 |"]
+    # shuffle: default's 95 % at 32 forwards is the only setting at >= 95 %; floor 4.5 on average
+    assert rows["shuffle"][1] == "default" and rows["shuffle"][4] == "4.50" and rows["shuffle"][5] == "7.11 |"
+    assert (tmp_path / "out" / "floors.png").stat().st_size > 10_000
+    pb = {line.split(" | ")[0].strip("| "): line for line in text.split("| decoder |")[1].splitlines()[2:]}
+    assert set(pb) == {"default", "confidence", "rps"}
+
+
+def test_only_default_missing_leaves_no_floor_mark_and_empty_store_is_one_line(tmp_path):
+    with pytest.raises(RippleError, match="has no records"):
+        floor_report(tmp_path, "lines", tmp_path / "out")
+    st = ResultStore(tmp_path, "arith-only")
+    st.append([rep.record("c", "default", {}, "arith", 32, "s0", random.Random(0), experiment="arith-only")])
+    with pytest.raises(RippleError, match="no task with a floor"):
+        floor_report(tmp_path, "arith-only", tmp_path / "out")
