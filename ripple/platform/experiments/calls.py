@@ -21,7 +21,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from ...decoders import Scheduler, build, check_noise, get, label
+from ...decoders import Scheduler, check_noise, get, label
 from ...errors import RippleError
 
 if TYPE_CHECKING:
@@ -74,28 +74,29 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler], model: str | os.
     is. A decoder made for another kind of family is refused in one line naming what the model needs.
     A bad name or value is refused before torch is imported (a decoder module imports it on first use)."""
     settings = dict(settings or {})
-    source = _config_source(model)
     if isinstance(decoder, str):
-        strings = _setting_strings(get(decoder), settings)
-        built = build(decoder, strings)
-        from ..runtime.loading import config_noise, generation_defaults
-
-        check_noise(built, *config_noise(source))
-        defaults = type(built).model_defaults(generation_defaults(source))
-        return build(decoder, {**defaults, **strings}) if defaults else built
-    if isinstance(decoder, type) and issubclass(decoder, Scheduler):
-        built = decoder(decoder.Params.from_strings(decoder.name, _setting_strings(decoder, settings)))
+        cls = get(decoder)
+    elif isinstance(decoder, type) and issubclass(decoder, Scheduler):
+        cls = decoder
     elif isinstance(decoder, Scheduler):
         if settings:
             raise RippleError(f"settings {', '.join(settings)} apply to a decoder given by name or class; "
                               f"decoder {decoder.name!r} is an instance with its own params")
-        built = decoder
+        cls = None
     else:
         raise RippleError(f"decoder must be a registered name or a Scheduler (class or instance), got {decoder!r}")
-    from ..runtime.loading import config_noise
 
+    def make(strings: dict[str, str]) -> Scheduler:
+        return cls(cls.Params.from_strings(cls.name, strings))
+
+    strings = {} if cls is None else _setting_strings(cls, settings)
+    built = decoder if cls is None else make(strings)
+    from ..runtime.loading import config_noise, generation_defaults
+
+    source = _config_source(model)
     check_noise(built, *config_noise(source))
-    return built
+    defaults = {} if cls is None else cls.model_defaults(generation_defaults(source))
+    return make({**defaults, **strings}) if defaults else built
 
 
 def default_lengths(model: str | os.PathLike | LoadedModel, gen_length: int | None = None,
