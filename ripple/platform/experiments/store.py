@@ -84,6 +84,9 @@ class DecodeSettings:
     # where blocks start (engine.BLOCK_ALIGNS): `response` is what every record before the key meant
     # (left out of ids); `absolute` aligns a full-attention family's blocks to position 0 as dInfer does
     block_align: str = "response"
+    # sub-blocks (engine.GenerationConfig.sub_block_length): None = the block length, what every record
+    # before the key meant (left out of ids); a length that divides the block decodes it in sub-blocks
+    sub_block_length: int | None = None
 
     def decode_settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(DecodeSettings)}
@@ -159,7 +162,7 @@ KEY = ["cell_id", "sample_id"]
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
                                  "eos_early_stop": False, "chat_form": "singleturn",
                                  "task_options": "{}", "block_align": "response", "plugins": None,
-                                 "encoder_nfe": None, "sample_seed": None}
+                                 "encoder_nfe": None, "sample_seed": None, "sub_block_length": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 

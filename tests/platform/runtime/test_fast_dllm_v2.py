@@ -287,3 +287,29 @@ def test_no_mask_token_anywhere_is_one_line(golden, tmp_path, capsys):
     (d / "added_tokens.json").write_text(json.dumps({"<|im_end|>": 151}))
     refused_in_one_line(capsys, d, "no mask_token_id in config.json nor a mask token in the tokenizer",
                         decoder="confidence", block_length=8)
+
+
+# ---------------------------------------------------------------- the grid
+def test_shipped_fast_dllm_v2_grid_validates_with_a_dry_run(capsys):
+    assert main(["grid", "fast-dllm-v2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "experiment fast-dllm-v2, 104 cells" in out and "models: Efficient-Large-Model/Fast_dLLM_v2_7B" in out
+    assert "tasks: gsm8k, math500, humaneval, mbpp" in out
+    for name in ["confidence", "rps", "default", "klass", "eb_sampler", "wino", "lopa", "dinfer_threshold",
+                 "hierarchy", "credit", "pc_sampler", "dus", "slow_fast"]:
+        assert name in out
+    assert "block_lengths: 32" in out and "sub_block_lengths: 8" in out and "caches: prefix, dual" in out
+
+
+def test_sweep_spec_takes_sub_block_length(tmp_path):
+    from ripple.errors import RippleError
+    from ripple.sweeps.spec import load_sweep_spec
+
+    base = ("experiment: s\nmodel: ripple-tiny-bd\ntasks: [arith]\ndecoder: confidence\n"
+            "space: {tau: [0.5, 0.9]}\ngen_length: 16\nblock_length: 8\n")
+    (tmp_path / "a.yaml").write_text(base + "sub_block_length: 4\n")
+    spec = load_sweep_spec(str(tmp_path / "a.yaml"))
+    assert spec.sub_block_length == 4 and spec.cells_for("confidence", {"tau": 0.5})[0].sub_block_length == 4
+    (tmp_path / "b.yaml").write_text(base + "sub_block_length: 3\n")
+    with pytest.raises(RippleError, match="sub_block_length 3 does not divide block_length 8"):
+        load_sweep_spec(str(tmp_path / "b.yaml"))
