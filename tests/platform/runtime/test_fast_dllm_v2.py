@@ -313,3 +313,26 @@ def test_sweep_spec_takes_sub_block_length(tmp_path):
     (tmp_path / "b.yaml").write_text(base + "sub_block_length: 3\n")
     with pytest.raises(RippleError, match="sub_block_length 3 does not divide block_length 8"):
         load_sweep_spec(str(tmp_path / "b.yaml"))
+
+
+# ---------------------------------------------------------------- sub-blocks on every family
+@pytest.mark.parametrize("checkpoint", [NAME, "llada-tiny"])
+def test_every_decoder_and_cache_keeps_the_invariants_in_sub_blocks(golden, checkpoint):
+    """Sub-blocks of 4 in blocks of 8, every mask decoder x none/prefix/dual, on this family and on a
+    full-attention one (ripple.testing: blocks end unmasked, decisions only inside their sub-block,
+    NFE = forwards run, batch = single runs; none and prefix decode the same tokens on block diffusion)."""
+    from ripple.decoders import get, names
+    from ripple.testing import check_decoder_on_model
+
+    lm = load_model(str(golden / checkpoint), "float32", "cpu")
+    checked = 0
+    for name in names():
+        if get(name).noise != "mask":
+            continue
+        try:
+            check_decoder_on_model(lambda: build(name, {}), lm, sub_block_length=4,
+                                   prompts=((12, 40, 77, 3, 90, 15), (5, 9, 33, 4, 6, 7, 8, 10)))
+        except AssertionError as exc:
+            raise AssertionError(f"{checkpoint}, {name}: {exc}") from None
+        checked += 1
+    assert checked >= 14

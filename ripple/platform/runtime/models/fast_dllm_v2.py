@@ -23,18 +23,9 @@ read, and batches equal single runs.
 from __future__ import annotations
 
 from ....errors import RippleError
-from .family import Family, register_family, renamer, require
+from .dream import QWEN2_RENAME
+from .family import Family, register_family, require
 from .transformer import TransformerConfig
-
-_BLOCK = {
-    "self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",
-    "self_attn.o_proj": "attn.o", "input_layernorm": "attn_norm", "post_attention_layernorm": "mlp_norm",
-    "mlp.gate_proj": "gate", "mlp.up_proj": "up", "mlp.down_proj": "down",
-}
-_rename = renamer(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$", _BLOCK, {
-    "model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight", "lm_head.weight": "head.weight",
-})
-
 
 def _config(cfg: dict) -> TransformerConfig:
     if cfg.get("rope_scaling"):
@@ -62,7 +53,7 @@ FAST_DLLM_V2 = register_family(Family(
     model_types=("fast_dllm_qwen",),
     shift=1,
     to_config=_config,
-    rename=_rename,
+    rename=QWEN2_RENAME,
     tied_head=lambda cfg: bool(cfg.get("tie_word_embeddings", False)),
     max_positions=lambda cfg: int(cfg.get("max_position_embeddings", 32768)),
     opening_commit=True,
