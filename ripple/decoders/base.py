@@ -50,8 +50,9 @@ last step's `sample`. The decoder decides; the engine owns the randomness.
 
 Sub-blocks (the run setting `sub_block_length`, Fast-dLLM v2's small blocks): the engine decodes a
 block's sub-blocks left to right and shows a decoder only the current one (`BlockState.window`):
-`masked` and `decoded` cover it, commits, edits and remasks outside it are protocol errors, and
-`step` and `memory` restart at each sub-block. Forwards still cover what the cache policy says.
+`masked` and `decoded` cover it, and commits, edits and remasks outside it are protocol errors;
+`step` and `memory` still run over the whole block (a schedule fixed per sub-block keys it on
+`window`: DUS, PC-Sampler). Forwards still cover what the cache policy says.
 
 For shifted-logit families (Dream) the engine commits the block's first position at the
 block opening (ripple/platform/runtime/engine.py); such positions are marked in `BlockState.fixed`
@@ -150,9 +151,8 @@ class BlockState:
         self.block_index = block_index
         self.n_blocks = n_blocks  # blocks this sample decodes
         self.response_offset = 0  # block position j is response position response_offset + j (for traces)
-        self.step = 0  # decisions so far in the current sub-block (the block when it has none)
-        self.block_step = 0  # decisions so far in the block (engine bookkeeping: traces)
-        self.memory: dict[str, Any] = {}  # decoder scratch, lives for this sample's block (or sub-block)
+        self.step = 0
+        self.memory: dict[str, Any] = {}  # decoder scratch, lives for this sample's block
         # block offsets [lo, hi) of the current sub-block (`sub_block_length`): where a decoder commits,
         # edits and remasks; the whole block by default. `masked` and `decoded` only cover it
         self.window = (0, tokens.shape[0])
@@ -225,8 +225,7 @@ class BlockState:
         return self.tokens == self.mask_id
 
     def enter_sub_block(self, lo: int, hi: int) -> None:
-        """Move the window to block offsets [lo, hi) (the engine, sub-blocks left to right): to a
-        decoder a sub-block is what a block is, so its step count and memory restart there."""
+        """Move the window to block offsets [lo, hi) (the engine, sub-blocks left to right)."""
         L = self.tokens.shape[0]
         self.window = (lo, hi)
         if (lo, hi) == (0, L):
@@ -234,8 +233,6 @@ class BlockState:
         else:
             self._inside = torch.zeros(L, dtype=torch.bool, device=self.tokens.device)
             self._inside[lo:hi] = True
-        self.step = 0
-        self.memory = {}
 
 
 class Scheduler(ABC):

@@ -496,10 +496,9 @@ class _Run:
         return None
 
     def _enter(self, st: BlockState, w: tuple[int, int] | None) -> None:
-        """Move row `st` to sub-block `w` (a fresh start for the decoder: no shadow of the last one)."""
+        """Move row `st` to sub-block `w`."""
         if w is not None and w != st.window:
             st.enter_sub_block(*w)
-            st.shadow = None
 
     def _rows(self, rows: list[int]):
         """Selector of `rows` from a batch tensor (no copy when every row takes part)."""
@@ -568,10 +567,10 @@ class _Run:
                 if not self.editing and not bool(st.block_masked.any()):
                     continue  # a lookahead's commit completed the block
                 self._enter(st, self._window(st))
-                if st.block_step >= max_steps:
+                if st.step >= max_steps:
                     raise RuntimeError(f"decoder {dec.name!r} made no progress in block {blk} after {max_steps} steps")
                 if self.observe is not None:
-                    self.observe(r, (blk, st.block_step, "step"),
+                    self.observe(r, (blk, st.step, "step"),
                                  {k: v for k, v in (("logits", st.logits), ("beyond", st.beyond),
                                                     ("shadow", st.shadow)) if v is not None})
                 filling = bool(st.block_masked.any())
@@ -591,7 +590,6 @@ class _Run:
                 self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if go_on else None,
                            remask=plan.remask, edited=edited, phase="step" if filling else "post")
                 st.step += 1
-                st.block_step += 1
                 if deferring:
                     self._enter(st, w)
                 if go_on:  # no forward once the block is complete
@@ -656,7 +654,7 @@ class _Run:
             if not bool(st.block_masked[0]):  # the block starts with the prompt's tail: nothing to open
                 continue
             if self.observe is not None:
-                self.observe(r, (blk, st.block_step, "open"), {"logits": st.logits})
+                self.observe(r, (blk, st.step, "open"), {"logits": st.logits})
             tokens, _ = greedy(st)  # [L], never the mask id
             commit = Commit(torch.zeros(1, dtype=torch.long), tokens[:1])
             self._apply(r, st, commit, None, None)
@@ -739,7 +737,7 @@ class _Run:
             var = o[n_out:v1].reshape(m, n, -1)[:m_r]  # [m_r, n, V]
             var = torch.cat((head[None].expand(m_r, s, -1), var), dim=1)  # [m_r, L, V]
             if self.observe is not None:
-                self.observe(r, (blk, st.block_step, "resolve"), {"anchor": anchor, "variants": var})
+                self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
             res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
             self._apply(r, st, res.commit, None, None)
             st.logits = res.logits
@@ -823,7 +821,7 @@ class _Run:
             return
         offset = st.response_offset  # positions from the response start
         event = {  # a decoder's own info never overrides the engine's keys
-            **info, "sample": r, "block": blk, "step": st.block_step, "phase": phase,
+            **info, "sample": r, "block": blk, "step": st.step, "phase": phase,
             "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
             "forward": forward,
         }
