@@ -48,6 +48,23 @@ response, whatever `stop_at_eos` says. `eos_early_stop` (any family) also ends a
 after a decision that committed an EOS when no mask lies between the response start and the
 first EOS (LLaDA2's `eos_early_stop`: same tokens up to that EOS, fewer forwards).
 
+A block-diffusion family may also shift its logits (Fast-dLLM v2: the row at position i predicts
+i + 1 inside a block too): its block opening then reads the previous block's last row, which the
+opening recomputes after that block's last commit, and commits the block's first position with it
+(the reference's block-closing forward, or its prefill when the prompt ends on a block boundary); a
+block that starts with the prompt's tail has nothing to open. A family that `eos_stops_mid_block`
+ends a row under `stop_at_eos` as soon as its response holds an EOS with no mask before it, checked
+after every decision (the opening commit included).
+
+Sub-blocks (`GenerationConfig.sub_block_length`, shorter than the block): a row's decisions stay in
+the current sub-block (`BlockState.window`), which moves left to right to the next one holding a
+mask once it has none (or its decoder deferred it); forwards still cover the cache policy's window.
+Under `dual` a forward recomputes only the sub-block [sb0, sb1) once its first position is decoded
+(a shifted family reads that position's prediction from the row before the sub-block) and the
+row's block keys come from a forward over the whole block that its decisions read: the rest of the
+block's keys are then those of the last such forward, stale where later commits changed the block,
+as Fast-dLLM v2's block cache is; every forward over the whole block refreshes them.
+
 Uniform-noise families (DiffusionGemma: the model declares `noise = "uniform"`) have no masks and
 no block loop of this kind: `generate` refuses a decoder whose declared `noise` differs from the
 model's, in one line naming what the model needs, and hands a uniform-noise model to the renoising

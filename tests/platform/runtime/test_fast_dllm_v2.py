@@ -336,3 +336,33 @@ def test_every_decoder_and_cache_keeps_the_invariants_in_sub_blocks(golden, chec
             raise AssertionError(f"{checkpoint}, {name}: {exc}") from None
         checked += 1
     assert checked >= 14
+
+
+def test_the_stop_rule_also_fires_when_the_masks_before_an_earlier_stop_fill():
+    """The reference tests its stop before every forward, so a stop committed while masks lay before it
+    ends the row as soon as the last of them is filled, by a decision that commits no stop (LLaDA2's
+    eos_early_stop only looks after a decision that commits one). Scripted: the stop is the most
+    confident position, the two before it come next, then the block would go on one position a step."""
+    from ripple.testing import SCRIPTED_EOS, SCRIPTED_MASK, SCRIPTED_VOCAB, ScriptedModel, spread
+
+    P = 4
+    plan = {P: (5, 0.6), P + 1: (6, 0.5), P + 2: (SCRIPTED_EOS, 0.99)}
+
+    def script(pos, seen):
+        token, p = plan.get(pos, (7, 0.3))
+        return spread(SCRIPTED_VOCAB, token, p)
+
+    def run(mid_block: bool, **settings):
+        model = ScriptedModel(SCRIPTED_VOCAB, script)
+        model.eos_stops_mid_block = mid_block
+        eng = Engine(model, mask_id=SCRIPTED_MASK, eos_ids=[SCRIPTED_EOS], pad_id=0)
+        events = []
+        out = eng.generate([[10, 11, 12, 13]], build("confidence", {"tau": "0.9"}), GenerationConfig(8, 8, **settings),
+                           trace=events.append)[0]
+        return out, [[p for p, _ in e["committed"]] for e in events]
+
+    out, commits = run(True, stop_at_eos=True)
+    assert commits == [[2], [0], [1]] and out.nfe == 3 and out.tokens == (5, 6) + (SCRIPTED_EOS,) * 6
+    for mid_block, settings in ((False, {"stop_at_eos": True}), (False, {"eos_early_stop": True}), (True, {})):
+        other, commits = run(mid_block, **settings)
+        assert other.tokens[:3] == out.tokens[:3] and other.nfe == 8 and len(commits) == 8
