@@ -366,3 +366,15 @@ def test_the_stop_rule_also_fires_when_the_masks_before_an_earlier_stop_fill():
     for mid_block, settings in ((False, {"stop_at_eos": True}), (False, {"eos_early_stop": True}), (True, {})):
         other, commits = run(mid_block, **settings)
         assert other.tokens[:3] == out.tokens[:3] and other.nfe == 8 and len(commits) == 8
+
+
+def test_harness_model_args_take_sub_block_length(golden):
+    from ripple.errors import RippleError
+    from ripple.platform.experiments.harness import check_model_args
+
+    args = check_model_args(pretrained=str(golden / NAME), decoder="confidence", gen_length=16, block_length=8,
+                            sub_block_length=4, device="cpu")
+    assert args.config.sub_block_length == 4 and args.config.sub_block == 4
+    with pytest.raises(RippleError, match="sub_block_length 3 does not divide block_length 8; accepted: 1, 2, 4, 8"):
+        check_model_args(pretrained=str(golden / NAME), decoder="confidence", gen_length=16, block_length=8,
+                         sub_block_length=3, device="cpu")
