@@ -35,8 +35,8 @@ from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TOP_KEYS = ("experiment", "description", "model", "tasks", "limit", "decoder", "space", "search", "num_samples",
             "metric", "mode", "weights", "grid_points", "baseline", "gen_length", "block_length", "cache", "seed",
-            "dtype", "chat", "split", "stop_at_eos", "eos_early_stop", "block_align", "sub_block_length", "data_dir", "workers",
-            "concurrent_trials", "batch_size")
+            "dtype", "chat", "split", "stop_at_eos", "eos_early_stop", "block_align", "sub_block_length", "data_dir",
+            "workers", "concurrent_trials", "batch_size")
 METRICS = ("accuracy", "mean_nfe", "tps", "canvas_tps", "speedup", "throughput", "score")
 DEFAULT_MODE = {"accuracy": "max", "mean_nfe": "min", "tps": "max", "canvas_tps": "max", "speedup": "max",
                 "throughput": "max", "score": "max"}

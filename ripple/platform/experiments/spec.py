@@ -38,8 +38,8 @@ from .store import ADDED_COLUMNS, ADDED_SETTINGS, DecodeSettings, check_name, du
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
-            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align", "sub_block_length", "data_dir",
-            "workers", "batch_size")
+            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align",
+            "sub_block_length", "data_dir", "workers", "batch_size")
 DECODER_KEYS = ("name", "params", "task_params", "models")
 TASK_KEYS = ("limit",)  # plus the task's own options (`Task.options`)
 WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
@@ -576,7 +576,8 @@ class SpecParser:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(f"'sub_block_length' takes a positive integer that divides the block lengths, got {value!r}")
+            raise self.fail(f"'sub_block_length' takes a positive integer that divides the block lengths, "
+                            f"got {value!r}")
         for block in blocks:
             try:
                 check_sub_block(value, block)

@@ -136,8 +136,8 @@ def check_sub_block(sub_block_length: int | None, block_length: int) -> None:
     """A sub-block length must divide the block length (so the block is whole sub-blocks), from 1 to it."""
     if sub_block_length is None:
         return
-    if isinstance(sub_block_length, bool) or not isinstance(sub_block_length, int) or not 1 <= sub_block_length <= block_length \
-            or block_length % sub_block_length:
+    whole = isinstance(sub_block_length, int) and not isinstance(sub_block_length, bool)
+    if not whole or not 1 <= sub_block_length <= block_length or block_length % sub_block_length:
         divisors = [d for d in range(1, block_length + 1) if block_length % d == 0]
         raise RippleError(f"sub_block_length {sub_block_length!r} does not divide block_length {block_length}; "
                           f"accepted: {', '.join(map(str, divisors))}")
@@ -732,7 +732,8 @@ class _Run:
                 beyond = (win.hi, win.hi + L)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
                                win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow, beyond=beyond,
-                               extent=win.extent, block=win.causal, return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
+                               extent=win.extent, block=win.causal,
+                               return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
         if refresh:
             out, fresh = out
             for lk, fk in ((master.keys, fresh.keys), (master.values, fresh.values)):

@@ -27,6 +27,7 @@ from .dream import QWEN2_RENAME
 from .family import Family, register_family, require
 from .transformer import TransformerConfig
 
+
 def _config(cfg: dict) -> TransformerConfig:
     if cfg.get("rope_scaling"):
         raise RippleError(f"Fast_dLLM_Qwen rope_scaling {cfg['rope_scaling']!r} is not supported; supported: null")
