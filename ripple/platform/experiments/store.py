@@ -88,6 +88,10 @@ class DecodeSettings:
     # before the key meant (left out of ids); a length that divides the block decodes it in sub-blocks
     sub_block_length: int | None = None
 
+    def __post_init__(self):
+        if self.sub_block_length is not None and self.sub_block_length == self.block_length:
+            object.__setattr__(self, "sub_block_length", None)  # one sub-block per block: no sub-blocks, same cell
+
     def decode_settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(DecodeSettings)}
 

@@ -283,6 +283,8 @@ def test_sub_block_length_is_id_neutral_unset_and_checked():
     assert cell.sub_block_length is None and sub.sub_block_length == 4
     assert "sub_block_length" not in cell.identity() and sub.identity()["sub_block_length"] == 4
     assert cell.cell_id != sub.cell_id and replace_settings(sub, sub_block_length=None).cell_id == cell.cell_id
+    whole = parse_spec(yaml.safe_load(base + "sub_block_length: 16\n"), "t").cells[0]  # = the block: no sub-blocks
+    assert whole.sub_block_length is None and whole.cell_id == cell.cell_id
     for bad in ("3", "0", "64", "x"):
         with pytest.raises(RippleError, match="sub_block_length") as exc:
             parse_spec(yaml.safe_load(base + f"sub_block_length: {bad}\n"), "t")
