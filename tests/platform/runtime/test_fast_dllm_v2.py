@@ -136,40 +136,33 @@ def test_reference_generate_runs_token_for_token(golden, capsys, tmp_path):
     assert stops == 4  # 4 of the 11 end on a stop, mid-block (the 12th is the excluded one)
 
 
-def test_sub_block_forwards_of_the_block_cache_are_the_references(golden, capsys, tmp_path):
-    """With the block cache the reference's sub-block forwards (sub-block input, no mask) are Ripple's
-    dual forwards over the sub-block alone: same count per run."""
-    for case in _public_generate_runs(golden):
-        if not case["args"]["use_block_cache"]:
-            continue
-        trace = tmp_path / "t.jsonl"
-        assert main(_argv(golden, case["prompt"], case["args"], _gen_length(case), trace)) == 0
-        capsys.readouterr()
-        events = [json.loads(line) for line in trace.read_text().splitlines()]
-        assert all("sub_block" in e for e in events if e["phase"] == "step")
-        assert case["nfe_decode_sub_block"] > 0
-
-
-def test_sub_block_dual_forwards_counted(v2, golden):
-    """The sub-block forwards: `dual` with sub-blocks makes as many forwards as the reference's
-    decoding forwards, fewer of them over the whole block."""
-    case = next(c for c in _cases(golden, "generate") if c["case"] == "p1-generate-b8-s4-t0.9-blockcache-n32")
-    calls = []
+def test_dual_sub_block_forwards_are_the_block_caches(v2, golden):
+    """With the block cache the reference's sub-block forwards (the sub-block's tokens only, no mask) are
+    Ripple's `dual` forwards over the sub-block alone: as many, run by the same runs' decisions."""
+    fed = []
 
     class Spy:
         def __getattr__(self, name):
             return getattr(v2.model, name)
 
         def __call__(self, tokens, *a, **k):
-            calls.append(tokens.shape[1])
+            fed.append(tokens.shape[1])
             return v2.model(tokens, *a, **k)
 
     eng = Engine(Spy(), mask_id=v2.mask_id, eos_ids=v2.eos_ids, pad_id=v2.pad_id)
-    a = case["args"]
-    cfg = GenerationConfig(_gen_length(case), 8, "dual", stop_at_eos=True, block_align="absolute", sub_block_length=4)
-    eng.generate([case["prompt"]], build("confidence", {"tau": str(a["threshold"])}), cfg)
-    decode = [e for e in case["steps_log"] if e["kind"] == "decode"]
-    assert sum(w == 4 for w in calls) == sum(e["input"] == "sub_block" for e in decode) == case["nfe_decode_sub_block"]
+    runs = 0
+    for case in _public_generate_runs(golden):
+        a = case["args"]
+        if not a["use_block_cache"] or a["small_block_size"] == a["block_size"]:
+            continue
+        fed.clear()
+        cfg = GenerationConfig(_gen_length(case), a["block_size"], "dual", stop_at_eos=True, block_align="absolute",
+                               sub_block_length=a["small_block_size"])
+        eng.generate([case["prompt"]], build("confidence", {"tau": str(a["threshold"])}), cfg)
+        subs = [e for e in case["steps_log"] if e["kind"] == "decode" and e["input"] == "sub_block"]
+        assert sum(n == a["small_block_size"] for n in fed) == len(subs) == case["nfe_decode_sub_block"] > 0, case["case"]
+        runs += 1
+    assert runs == 5
 
 
 def test_prefix_and_none_decode_the_same_tokens(golden, capsys):
