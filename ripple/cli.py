@@ -123,6 +123,7 @@ def refuse_mask(ids: Sequence[int], mask_id: int | None) -> None:
 # Output path options carry one of these metavars: `check_paths` finds them in the parser, so an
 # option added later is checked before any work as soon as it is declared with one of them.
 FILE, DIR = "FILE", "DIR"
+EVAL_GEN_LENGTH, EVAL_BLOCK_LENGTH = 48, 16  # `ripple eval`'s lengths for a task without its own
 
 
 def _write_probe(directory: Path, flag: str, given: str) -> None:
@@ -190,18 +191,28 @@ def add_store_args(p: argparse.ArgumentParser) -> None:
                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")
 
 
-def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = None, block_default: int | None = None) -> None:
+def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = None, block_default: int | None = None,
+                    task_lengths: bool = False) -> None:
+    """The decoding flags. `task_lengths`: the lengths default to the task's own (`Task.gen_length`, the
+    block then equal to the response) and else to `gen_default` and `block_default`."""
     from .decoders import names
 
     p.add_argument("--decoder", required=True, help=f"decoder name: {', '.join(names())}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="decoder hyperparameter, repeatable (e.g. --set tau=0.9)")
-    p.add_argument("--gen-length", type=int, required=gen_default is None, default=gen_default)
-    p.add_argument("--block-length", type=int, required=block_default is None, default=block_default)
+    if task_lengths:
+        p.add_argument("--gen-length", type=int, default=None,
+                       help=f"response length (default: the task's own, e.g. 32 for ParallelBench's waiting line, "
+                            f"else {gen_default})")
+        p.add_argument("--block-length", type=int, default=None,
+                       help=f"block length (default: the response for a task with its own length, else {block_default})")
+    else:
+        p.add_argument("--gen-length", type=int, required=gen_default is None, default=gen_default)
+        p.add_argument("--block-length", type=int, required=block_default is None, default=block_default)
     p.add_argument("--cache", default=None, help="KV cache policy: none, prefix, dual (default: the decoder's, "
                    "none for mask decoders, prefix for renoise)")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of each sample's random generator (decoders that sample: renoise); default 0. "
+                   help="seed of each sample's random generator (decoders that draw: renoise, topk's rank=random); default 0. "
                         "eval derives each example's seed from it and the example id, as grids do")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
@@ -297,8 +308,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .platform.runtime.loading import block_aligned, load_model
     from .tasks import get_task
 
+    from .tasks import task_class
+
     decoder = decoder_for_model(args)
     args.cache = args.cache or decoder.default_cache
+    task_length = task_class(args.task).gen_length  # a task's own response length (ParallelBench: 32, 64)
+    if args.gen_length is None:
+        args.gen_length = task_length or EVAL_GEN_LENGTH
+    if args.block_length is None:  # a task with its own length runs with the block equal to the response
+        args.block_length = args.gen_length if task_length else EVAL_BLOCK_LENGTH
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
                               args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length),
                               args.block_align, args.sub_block_length)
@@ -325,6 +343,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"accuracy {m.accuracy_text()} % (95 % Wilson interval {m.accuracy_lo:.1f} to {m.accuracy_hi:.1f}) | "
               f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})"
               + ("" if m.mean_edits is None else f" | edits/sample {m.mean_edits:.2f}"))
+        if m.strict is not None:  # ParallelBench's second figure: the same rule on strictly formatted answers
+            print(f"strict {m.strict:.1f} % (ParallelBench's score_strict: the same rule on a strictly formatted answer)")
     return 0
 
 
@@ -387,7 +407,7 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     rows = []
     for name in task_names():
         cls = task_class(name)
-        data = ", ".join(getattr(cls, "hub_ids", ())) or "generated (synthetic)"
+        data = getattr(cls, "data_source", None) or ", ".join(getattr(cls, "hub_ids", ())) or "generated (synthetic)"
         plugin = task_source(name)
         # `source` is where the data come from (as before plugins existed); `provider` where the task does
         rows.append({"task": name, "metric": cls.metric, "source": data,
@@ -398,8 +418,9 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows + broken))
         return 0
     width = max(len(r["task"]) for r in rows + broken)
+    metric_width = max(len(r["metric"]) for r in rows)
     for r in rows:
-        print(f"{r['task']:<{width}}  {r['metric']:<12} {r['provider']:<10} {r['source']}")
+        print(f"{r['task']:<{width}}  {r['metric']:<{metric_width}} {r['provider']:<10} {r['source']}")
     for b in broken:
         print(f"{b['task']:<{width}}  REFUSED ({b['provider']}): {b['refused']}")
     return 0
@@ -441,7 +462,7 @@ def cmd_decoders(args: argparse.Namespace) -> int:
 
 # what a decoder declares and the engine acts on (ripple/decoders/base.py), as `ripple decoders` lists it
 DECODER_PROPERTIES = ("uses_lookahead", "uses_shadow", "needs_rows_beyond_block", "edits_tokens", "shortens_canvas",
-                      "defers_masks", "supported_caches")
+                      "defers_masks", "decides_first_position", "idle_steps", "supported_caches")
 
 
 def cmd_tasks_verify(args: argparse.Namespace) -> int:
@@ -685,7 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("--model", required=True, help="checkpoint directory, hub id, or embedded name (ripple-tiny)")
     e.add_argument("--task", required=True, help="task name (see `ripple tasks list`)")
-    add_decode_args(e, gen_default=48, block_default=16)
+    add_decode_args(e, gen_default=EVAL_GEN_LENGTH, block_default=EVAL_BLOCK_LENGTH, task_lengths=True)
     e.add_argument("--limit", type=int, default=None, help="evaluate the first N test examples")
     e.add_argument("--data-dir", default=None, help="local benchmark data laid out like ../shared/data "
                    "(default: $RIPPLE_DATA_DIR, else the Hugging Face hub)")

@@ -171,13 +171,16 @@ class CountedModel:
 
 
 def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SCRIPTED_MASK, lead=0,
-                     max_blocks=None, eos=(SCRIPTED_EOS,), sub_block_length=None) -> None:
+                     max_blocks=None, eos=(SCRIPTED_EOS,), idle_steps=False, sub_block_length=None) -> None:
     """The shared properties of one decoded sample, from its output and decode trace.
 
-    Block-aligned families: `lead` prompt tokens sit at the start of the first block (trace
-    positions count from the response start), and a block-end EOS stop may decode fewer than
-    `max_blocks` blocks (blocks=None: as many as the trace shows). With `sub_block_length` every
-    decision stays inside the sub-block its event names."""
+    `shift`: 1 where the block opening commits the block's first position (a shifted family, unless the
+    decoder decides it itself: `Engine.commits_at_opening`). Block-aligned families: `lead` prompt
+    tokens sit at the start of the first block (trace positions count from the response start), and a
+    block-end EOS stop may decode fewer than `max_blocks` blocks (blocks=None: as many as the trace
+    shows). `idle_steps`: the decoder declares that a step may commit nothing; its blocks must still
+    end within block_length steps, the last one committing. With `sub_block_length` every decision
+    stays inside the sub-block its event names."""
     L = block_length
     if blocks is None:
         blocks = len({e["block"] for e in events})
@@ -204,7 +207,13 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
         if any(e["block"] == b for e in fills):
             continue  # a fixed schedule that ended the block with masks (its positions were taken back)
         net = 0
-        for t, e in enumerate([e for e in steps if e["block"] == b], 1):
+        mine = [e for e in steps if e["block"] == b]
+        if idle_steps:  # a fixed schedule of forwards, some committing nothing: bounded, and it ends the block
+            for sb in sorted({e.get("sub_block", 0) for e in mine}):  # (each of its sub-blocks)
+                part = [e for e in mine if e.get("sub_block", 0) == sb]
+                assert len(part) <= L and part[-1]["committed"], f"no progress in block {b}: {part}"
+            continue
+        for t, e in enumerate(mine, 1):
             net += len(e["committed"]) - len(e.get("remasked", []))
             assert net >= t, f"no progress: {e}"
     # no forward once a block is complete: one opening forward per block, then exactly one forward
@@ -216,17 +225,17 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
 
 
 def _check_sample(out, events, calls, prompt_length: int, *, gen_length: int, block_length: int, block_causal: bool,
-                  shift: int, mask: int, eos, sub_block_length: int | None = None) -> None:
+                  shift: int, mask: int, eos, idle_steps: bool = False, sub_block_length: int | None = None) -> None:
     """`check_invariants` with the block layout of the family: a block-causal family's blocks start at
     position 0 (the first holds the prompt's tail) and an end-of-sequence may stop it early."""
     if block_causal:
         check_invariants(out, events, calls, blocks=None, block_length=block_length, shift=shift, mask=mask,
                          lead=prompt_length % block_length,
                          max_blocks=-(-(prompt_length + gen_length) // block_length) - prompt_length // block_length,
-                         eos=eos, sub_block_length=sub_block_length)
+                         eos=eos, idle_steps=idle_steps, sub_block_length=sub_block_length)
     else:
         check_invariants(out, events, calls, blocks=gen_length // block_length, block_length=block_length,
-                         shift=shift, mask=mask, sub_block_length=sub_block_length)
+                         shift=shift, mask=mask, idle_steps=idle_steps, sub_block_length=sub_block_length)
 
 
 def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"), gen_length: int = 12,
@@ -244,12 +253,13 @@ def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"),
             events: list = []
             cfg = GenerationConfig(gen_length=gen_length, block_length=block_length, cache=cache)
             prompt = list(SCRIPTED_PROMPTS[0])
-            out = engine.generate([prompt], make(), cfg, trace=events.append)[0]
+            dec = make()
+            out = engine.generate([prompt], dec, cfg, trace=events.append)[0]
             where = f"{family} family, cache {cache}"
             try:
                 _check_sample(out, events, model.calls, len(prompt), gen_length=gen_length, block_length=block_length,
-                              block_causal=family == "block_causal", shift=int(family == "shifted"),
-                              mask=SCRIPTED_MASK, eos=(SCRIPTED_EOS,))
+                              block_causal=family == "block_causal", shift=int(engine.commits_at_opening(dec, cache)),
+                              mask=SCRIPTED_MASK, eos=(SCRIPTED_EOS,), idle_steps=dec.idle_steps)
             except AssertionError as exc:
                 raise AssertionError(f"{where}: {exc}") from None
             again = scripted_engine(family)[0].generate([prompt], make(), cfg)[0]
@@ -288,11 +298,12 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
         for p in prompts:
             eng, model = engine()
             events: list = []
-            out = eng.generate([list(p)], make(), cfg, trace=events.append)[0]
+            dec = make()
+            out = eng.generate([list(p)], dec, cfg, trace=events.append)[0]
             try:
                 _check_sample(out, events, model.calls, len(p), gen_length=gen_length, block_length=block_length,
-                              block_causal=bc, shift=lm.model.shift, mask=lm.mask_id, eos=lm.eos_ids,
-                              sub_block_length=sub_block_length)
+                              block_causal=bc, shift=int(eng.commits_at_opening(dec, cache)), mask=lm.mask_id,
+                              eos=lm.eos_ids, idle_steps=dec.idle_steps, sub_block_length=sub_block_length)
             except AssertionError as exc:
                 raise AssertionError(f"cache {cache}, prompt {list(p)}: {exc}") from None
             singles.append(out)
@@ -300,9 +311,10 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
         assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles], \
             f"cache {cache}: a batch decodes other tokens or forwards than single runs (or a run is not deterministic)"
         if not (cache == "dual" and sub_block_length is not None and sub_block_length < block_length):
-            tokens[cache] = [s.tokens for s in singles]
-    if bc and "none" in tokens:
-        assert all(t == tokens["none"] for t in tokens.values()), "block diffusion: a cache changed the tokens"
+            # a decoder that decides a shifted block's first position itself does so only without a cache
+            tokens.setdefault(eng.commits_at_opening(dec, cache), {})[cache] = [s.tokens for s in singles]
+    for same in tokens.values() if bc else ():
+        assert len({tuple(t) for t in same.values()}) == 1, f"block diffusion: a cache changed the tokens ({same})"
 
 
 class CountedRenoisingModel:
@@ -377,7 +389,8 @@ def compare_trajectories(model: str, cases, decoder: str | None = None, *, cache
                          settings=None, extra_args=()) -> list[Mismatch]:
     """Run each case of a golden-format list through `ripple generate` and compare. A case holds
     `prompt` (ids), `gen_length`, `block_length`, `output` (the response ids) and optionally `nfe`,
-    `decoder`, `params` (Ripple's names), `cache`, `case` (its name) and `steps_log` (per forward
+    `decoder`, `params` (Ripple's names), `cache`, `seed` (the sample's seed, `--seed`), `case` (its name) and
+    `steps_log` (per forward
     `committed` [[response position, token], ...]: then every forward's commits are compared in order).
     `settings(case)` may map a case to `--set` pairs. Returns the mismatches (empty: all equal)."""
     import contextlib
@@ -395,7 +408,7 @@ def compare_trajectories(model: str, cases, decoder: str | None = None, *, cache
         argv = ["generate", "--model", str(model), "--input-ids", ",".join(map(str, case["prompt"])),
                 "--decoder", case.get("decoder", decoder), "--gen-length", str(case["gen_length"]),
                 "--block-length", str(case["block_length"]), "--cache", case.get("cache", cache), "--dtype", "float32",
-                "--device", "cpu", "--json", *extra_args]
+                "--device", "cpu", "--json", *(["--seed", str(case["seed"])] if "seed" in case else []), *extra_args]
         for key, value in pairs.items():
             argv += ["--set", f"{key}={value}"]
         with tempfile.TemporaryDirectory() as tmp:

@@ -14,14 +14,24 @@ that share model, weights, task and decode settings and differ only in the decod
 section. Points the y_1 - 5 filter drops are listed under the table. The Pareto mark is the
 accuracy-TPF front of the section. One plot per section: accuracy against TPF, each curve joined.
 
+PBx (ParallelBench's summary, the metrics module's `pb_scores`): per model, weights and decoder over the
+tasks that count (a task class marked `parallelbench_scored`), each configuration (the decoder's settings,
+with hyperparameters that count forwards over the response read as tokens per step, and the other decode
+settings; the block as "response" when it equals the response) gets its mean score over the tasks and its
+mean tokens per step (gen_length / mean NFE per cell); a cell's score is its accuracy, the percent of
+samples whose ParallelBench score is 1. Cells of one configuration and task in several experiments are
+averaged first, as ParallelBench averages its runs. Strict: the mean `score_strict` where a task has one.
+
 Folder: leaderboard.html (self-contained: inline CSS and a few lines of sorting JS, plots as data
-URIs), leaderboard.md, leaderboard.csv (exactly COLUMNS), one PNG per section.
+URIs), leaderboard.md, leaderboard.csv (exactly COLUMNS), pbx.csv (exactly PBX_COLUMNS),
+leaderboard.json (sections, rows and PBx with its configurations), one PNG per section.
 """
 from __future__ import annotations
 
 import base64
 import csv
 import html
+import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -30,14 +40,15 @@ from typing import Any
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.metrics import aup
+from ..platform.experiments.metrics import PB_THRESHOLDS, aup, pb_scores
 from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_TPF, front_flags
 from .report import (fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, new_figure, save_png, slug, staged_folder,
                      stored_experiments, summarize_cells)
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
-           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed")
+           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed", "strict")
+PBX_COLUMNS = ("model", "weights", "decoder", "tasks", "configurations", *(f"pb{x}" for x in PB_THRESHOLDS))
 SECTION = ("model", "weights", "task")
 DECODE = tuple(f.name for f in fields(DecodeSettings))
 CURVE = ("experiment", *SECTION, "decoder", *DECODE)  # cells of one curve differ only in hyperparameters
@@ -72,6 +83,7 @@ class Row:
     mean_edits: float | None = None  # token edits per sample, where the cell edited
     # the cell's seed (each sample's generator is seeded from it and the sample id: renoising decoders)
     seed: int | None = None
+    strict: float | None = None  # ParallelBench's strict figure (percent), where the task has one
 
     @property
     def usable(self) -> bool:
@@ -90,10 +102,37 @@ class Section:
 
 
 @dataclass(frozen=True)
+class PbConfig:
+    """One configuration of a decoder over the tasks that count: its mean score and tokens per step."""
+
+    setting: str  # e.g. `rank=margin, tokens/step=4` (block and other decode settings when not the usual)
+    tasks: int  # tasks it ran on
+    score: float  # percent, mean over those tasks
+    tokens_per_step: float  # mean over those tasks of gen_length / mean NFE
+
+
+@dataclass(frozen=True)
+class PbRow:
+    """PBx of one decoder on one model and weights over the ParallelBench-scored tasks of the store."""
+
+    model: str
+    weights: str
+    decoder: str
+    tasks: tuple[str, ...]
+    configs: tuple[PbConfig, ...]
+    pbx: dict[int, float | None]  # x -> PBx
+
+    def csv_values(self) -> list[Any]:
+        return [self.model, self.weights, self.decoder, len(self.tasks), len(self.configs),
+                *("" if self.pbx[x] is None else self.pbx[x] for x in PB_THRESHOLDS)]
+
+
+@dataclass(frozen=True)
 class Leaderboard:
     out_dir: Path
     sections: tuple[Section, ...]
     experiments: tuple[str, ...]
+    pbx: tuple[PbRow, ...] = ()
 
     @property
     def html(self) -> Path:
@@ -149,7 +188,8 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
             rows.append(Row(c["model"], c["weights"], c["task"], c["decoder"], params, c["experiment"], c["n"],
                             c["accuracy"], c["accuracy_lo"], c["accuracy_hi"], _num(c["tpf"]), c["mean_nfe"],
                             _num(c["tps"]), _num(c["speedup"]), None, False, tuple(c[k] for k in CURVE),
-                            c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"]), c.get("seed")))
+                            c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"]), c.get("seed"),
+                            _num(c.get("strict"))))
         aups, dropped = _score_curves(rows)
         flags = front_flags([(r.accuracy, r.tpf) if r.usable else (None, None) for r in rows], ACCURACY_TPF)
         rows = [replace(r, aup=a, pareto=f) for r, a, f in zip(rows, aups, flags)]
@@ -188,6 +228,67 @@ def _setting(r: Row) -> str:
     return f"{r.decoder}({r.params})" if r.params else r.decoder
 
 
+# ---------------------------------------------------------------------------- PBx
+def _counts_for_pbx(task: str) -> bool:
+    """Whether `task` is scored by ParallelBench's metrics (its class says so); unknown names do not count."""
+    from ..tasks import task_class
+
+    try:
+        return bool(task_class(task).parallelbench_scored)
+    except RippleError:
+        return False
+
+
+def _pb_setting(c: dict[str, Any]) -> tuple[tuple, str]:
+    """A cell's configuration key and its text: the decoder's hyperparameters with those counting forwards
+    over the response read as tokens per step, and every other decode setting (the block as "response"
+    when it equals the response; the response length itself is the task's)."""
+    from ..decoders import get, names
+
+    cls = get(c["decoder"]) if c["decoder"] in names() else None
+    per_response = cls.response_steps_params if cls is not None else ()
+    defaults = cls.Params().to_dict() if cls is not None else {}
+    params = json.loads(c["params"] or "{}")
+    shown = []
+    for k, v in sorted(params.items()):
+        if k in per_response and v:
+            shown.append(("tokens/step", c["gen_length"] / v))
+        elif defaults.get(k, object()) != v:
+            shown.append((k, v))
+    block = "response" if c["block_length"] == c["gen_length"] else c["block_length"]
+    decode = [(k, c[k]) for k in DECODE if k not in ("gen_length", "block_length", "task_options")]
+    key = (tuple(shown), block, tuple(decode))
+    text = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown)
+    return key, text + (f" [block={block}]" if block != "response" else "")
+
+
+def build_pbx(cells: pl.DataFrame) -> list[PbRow]:
+    """PBx per model, weights and decoder over the cells of ParallelBench-scored tasks (module docstring)."""
+    from ..decoders import names
+
+    counted = cells.filter(pl.col("task").map_elements(_counts_for_pbx, return_dtype=pl.Boolean)
+                           & (pl.col("n") > 0) & (pl.col("mean_nfe") > 0))
+    order = {n: i for i, n in enumerate(names())}
+    out = []
+    for key in counted.select("model", "weights", "decoder").unique().iter_rows(named=True):
+        part = counted.filter(pl.all_horizontal([pl.col(k) == v for k, v in key.items()]))
+        per: dict[tuple, tuple[str, dict[str, list[tuple[float, float]]]]] = {}
+        for c in part.iter_rows(named=True):
+            config, text = _pb_setting(c)
+            tasks = per.setdefault(config, (text, {}))[1]
+            tasks.setdefault(c["task"], []).append((c["accuracy"], c["gen_length"] / c["mean_nfe"]))
+        configs = []
+        for text, tasks in per.values():
+            means = [(sum(a for a, _ in runs) / len(runs), sum(t for _, t in runs) / len(runs)) for runs in tasks.values()]
+            configs.append(PbConfig(text or "defaults", len(means), sum(a for a, _ in means) / len(means),
+                                    sum(t for _, t in means) / len(means)))
+        configs.sort(key=lambda p: (p.tokens_per_step, p.setting))
+        out.append(PbRow(key["model"], key["weights"], key["decoder"], tuple(sorted(set(part["task"].to_list()))),
+                         tuple(configs), pb_scores((p.tokens_per_step, p.score) for p in configs)))
+    out.sort(key=lambda r: (r.model, r.weights, order.get(r.decoder, len(order)), r.decoder))
+    return out
+
+
 # ---------------------------------------------------------------------------- plot
 def plot_section(section: Section, path: Path) -> Path:
     """Accuracy against TPF: each decoder curve of each experiment joined in TPF order, the Pareto
@@ -221,22 +322,52 @@ HEADER = ("decoder", "params", "experiment", "n", "accuracy %", "TPF", "mean NFE
 
 
 def _header(s: "Section") -> tuple[str, ...]:
-    """HEADER, plus an edits column in a section where some cell edited (token editing)."""
-    return HEADER + (("edits",) if _edited(s) else ())
+    """HEADER, plus a strict column where a task has ParallelBench's strict figure and an edits column in a
+    section where some cell edited (token editing)."""
+    return HEADER + (("strict %",) if _strict(s) else ()) + (("edits",) if _edited(s) else ())
 
 
 def _edited(s: "Section") -> bool:
     return any(r.mean_edits is not None for r in s.rows)
 
 
-def _shown(r: Row, edits: bool = False) -> list[tuple[str, Any]]:
+def _strict(s: "Section") -> bool:
+    return any(r.strict is not None for r in s.rows)
+
+
+def _shown(r: Row, edits: bool = False, strict: bool = False) -> list[tuple[str, Any]]:
     """(text, sort value) per `_header` column."""
     acc = fmt_acc(asdict(r)) if r.n else "-"
     return [(r.decoder, r.decoder), (r.params or "-", r.params), (r.experiment, r.experiment), (str(r.n), r.n),
             (acc, r.accuracy if r.n else None), (fmt_nfe(r.tpf), r.tpf), (fmt_nfe(r.mean_nfe), r.mean_nfe),
             (fmt_tps(r.tps), r.tps), (fmt_speedup(asdict(r)), r.speedup),
             ("-" if r.aup is None else f"{r.aup:.1f}", r.aup), ("*" if r.pareto else "", int(r.pareto))] + (
+        [("-" if r.strict is None else f"{r.strict:.1f}", r.strict)] if strict else []) + (
         [(fmt_nfe(r.mean_edits or 0.0), r.mean_edits or 0.0)] if edits else [])
+
+
+PBX_HEADER = ("decoder", "tasks", "configurations", *(f"PB{x}" for x in PB_THRESHOLDS))
+PBX_EXPLAIN = ("PBx (ParallelBench): over the ParallelBench-scored tasks, each configuration of a decoder gets its "
+               "mean score over the tasks and its mean tokens per step (gen_length / NFE); PBx is the largest tokens "
+               "per step among configurations with a mean score of at least x % (- when none reaches x).")
+
+
+def _pbx_groups(pbx: list[PbRow]) -> dict[tuple[str, str], list[PbRow]]:
+    groups: dict[tuple[str, str], list[PbRow]] = {}
+    for r in pbx:
+        groups.setdefault((r.model, r.weights), []).append(r)
+    return groups
+
+
+def _pbx_shown(r: PbRow) -> list[tuple[str, Any]]:
+    return [(r.decoder, r.decoder), (str(len(r.tasks)), len(r.tasks)), (str(len(r.configs)), len(r.configs))] + [
+        ("-" if r.pbx[x] is None else f"{r.pbx[x]:.2f}", r.pbx[x]) for x in PB_THRESHOLDS]
+
+
+def _pbx_configs(r: PbRow) -> str:
+    return f"{r.decoder}: " + "; ".join(f"{p.setting} -> score {p.score:.1f} at {p.tokens_per_step:.2f} tokens/step"
+                                         + (f" ({p.tasks} tasks)" if p.tasks != len(r.tasks) else "")
+                                         for p in r.configs)
 
 
 def _title(s: Section) -> str:
@@ -250,12 +381,18 @@ EXPLAIN = ("accuracy % with half its 95 % Wilson interval (* vs default: p < 0.0
            "tokens rewritten by token editing per sample.")
 
 
-def to_markdown(sections: list[Section], experiments: list[str]) -> str:
+def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow] = ()) -> str:
     out = ["# Ripple leaderboard", "", f"Experiments: {', '.join(experiments)}. {EXPLAIN}", ""]
+    for (model, weights), rows in _pbx_groups(list(pbx)).items():
+        out += [f"## PBx · {model} · weights {weights[:12]}", "", PBX_EXPLAIN, "",
+                "| " + " | ".join(PBX_HEADER) + " |", "|" + "|".join("---" for _ in PBX_HEADER) + "|"]
+        out += ["| " + " | ".join(t for t, _ in _pbx_shown(r)) + " |" for r in rows]
+        out += [""] + [f"- {_pbx_configs(r)}" for r in rows] + [""]
     for s in sections:
         head = _header(s)
         out += [f"## {_title(s)}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s))) + " |" for r in s.rows]
+        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s))) + " |"
+                for r in s.rows]
         out += ["", f"![{_title(s)}]({s.figure})", ""]
         out += [f"AUP dropped (more than 5 points below the curve's first accuracy): {d}" for d in s.dropped]
         out += [""] if s.dropped else []
@@ -286,20 +423,29 @@ _JS = """document.querySelectorAll("table.sortable th").forEach(function(th, i) 
 });"""
 
 
-def to_html(sections: list[Section], experiments: list[str], folder: Path) -> str:
+def _html_table(header, rows: list[list[tuple[str, Any]]], front: list[bool] | None = None) -> str:
+    e = html.escape
+    out = ["<table class=\"sortable\"><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
+           + "</tr></thead><tbody>"]
+    for i, cells in enumerate(rows):
+        tds = "".join(f"<td data-v=\"{e('' if v is None else str(v))}\">{e(t)}</td>" for t, v in cells)
+        out.append(("<tr class=\"front\">" if front and front[i] else "<tr>") + tds + "</tr>")
+    return "".join(out) + "</tbody></table>"
+
+
+def to_html(sections: list[Section], experiments: list[str], folder: Path, pbx: list[PbRow] = ()) -> str:
     """One self-contained page: no external asset, plots as data URIs, sorting in inline JS."""
     e = html.escape
     out = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>Ripple leaderboard</title>",
            "<link rel=\"icon\" href=\"data:,\">", f"<style>{_CSS}</style></head><body>", "<h1>Ripple leaderboard</h1>",
            f"<p>Experiments: {e(', '.join(experiments))}. {e(EXPLAIN)} Click a column header to sort.</p>"]
+    for (model, weights), rows in _pbx_groups(list(pbx)).items():
+        out.append(f"<h2>{e(f'PBx · {model} · weights {weights[:12]}')}</h2><p>{e(PBX_EXPLAIN)}</p>")
+        out.append(_html_table(PBX_HEADER, [_pbx_shown(r) for r in rows]))
+        out += [f"<p class=\"note\">{e(_pbx_configs(r))}</p>" for r in rows]
     for s in sections:
-        out.append(f"<h2>{e(_title(s))}</h2><table class=\"sortable\"><thead><tr>"
-                   + "".join(f"<th>{e(h)}</th>" for h in _header(s)) + "</tr></thead><tbody>")
-        for r in s.rows:
-            cells = "".join(f"<td data-v=\"{e('' if v is None else str(v))}\">{e(t)}</td>"
-                            for t, v in _shown(r, _edited(s)))
-            out.append(("<tr class=\"front\">" if r.pareto else "<tr>") + cells + "</tr>")
-        out.append("</tbody></table>")
+        out.append(f"<h2>{e(_title(s))}</h2>" + _html_table(_header(s), [_shown(r, _edited(s), _strict(s))
+                                                                         for r in s.rows], [r.pareto for r in s.rows]))
         out += [f"<p class=\"note\">AUP dropped (more than 5 points below the curve's first accuracy): {e(d)}</p>"
                 for d in s.dropped]
         data = base64.b64encode((folder / s.figure).read_bytes()).decode("ascii")
@@ -317,6 +463,26 @@ def write_csv(sections: list[Section], path: Path) -> None:
                 w.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in COLUMNS])
 
 
+def write_pbx_csv(pbx: list[PbRow], path: Path) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(PBX_COLUMNS)
+        for r in pbx:
+            w.writerow(r.csv_values())
+
+
+def to_json(sections: list[Section], experiments: list[str], pbx: list[PbRow]) -> str:
+    """Everything the page shows, as data: each section's rows (COLUMNS) and each decoder's PBx with the
+    configurations behind it."""
+    return json.dumps({
+        "experiments": experiments,
+        "sections": [{**s.key, "rows": [{c: getattr(r, c) for c in COLUMNS} for r in s.rows], "dropped": list(s.dropped)}
+                     for s in sections],
+        "pbx": [{**dict(zip(PBX_COLUMNS[:3], r.csv_values()[:3])), "tasks": list(r.tasks),
+                 **{f"pb{x}": r.pbx[x] for x in PB_THRESHOLDS}, "configurations": [asdict(p) for p in r.configs]}
+                for r in pbx]}, indent=1)
+
+
 # ---------------------------------------------------------------------------- the page
 def default_out(store_dir: str | Path) -> Path:
     return Path(store_dir).expanduser() / "leaderboard"
@@ -332,13 +498,16 @@ def build_leaderboard(store_dir: str | Path, out_dir: str | Path | None = None) 
         raise RippleError(f"--out {out} exists and is not a leaderboard folder; give a new or leaderboard directory")
     cells, experiments = load_cells(store_dir)
     sections = build_rows(cells)
+    pbx = build_pbx(cells)
     with staged_folder(out) as tmp:
         for s in sections:
             plot_section(s, tmp / s.figure)
-        (tmp / "leaderboard.md").write_text(to_markdown(sections, experiments))
-        (tmp / "leaderboard.html").write_text(to_html(sections, experiments, tmp))
+        (tmp / "leaderboard.md").write_text(to_markdown(sections, experiments, pbx))
+        (tmp / "leaderboard.html").write_text(to_html(sections, experiments, tmp, pbx))
+        (tmp / "leaderboard.json").write_text(to_json(sections, experiments, pbx))
         write_csv(sections, tmp / "leaderboard.csv")
-    return Leaderboard(out, tuple(sections), tuple(experiments))
+        write_pbx_csv(pbx, tmp / "pbx.csv")
+    return Leaderboard(out, tuple(sections), tuple(experiments), tuple(pbx))
 
 
 def summary_line(board: Leaderboard) -> str:

@@ -56,7 +56,16 @@ block's sub-blocks left to right and shows a decoder only the current one (`Bloc
 
 For shifted-logit families (Dream) the engine commits the block's first position at the
 block opening (ripple/platform/runtime/engine.py); such positions are marked in `BlockState.fixed`
-and are never remasked.
+and are never remasked. A decoder that declares `decides_first_position` (ParallelBench's Dream
+loop, which has no such commit) decides that position itself from the opening forward's row before
+the block, where the recomputed window holds that row (cache `none`); with a cache the engine still
+commits it at the opening. Such a decoder packs no block copies (lookahead, shadow).
+
+Decoders that draw random numbers (ParallelBench's random ranking) say so per configuration
+(`draws`): each sample then gets its own CPU `torch.Generator`, seeded with the sample's seed, as
+`BlockState.generator`, so a sample's draws depend on its seed only, never on the batch. A decoder
+whose fixed schedule may leave a forward without a commit (ParallelBench's Dream quotas, rounded
+down in float32) declares `idle_steps`; it must still end every block within `block_length` steps.
 """
 from __future__ import annotations
 
@@ -126,6 +135,7 @@ class RunShape:
     vocab_size: int
     mask_id: int
     model_dir: str | None = None  # the model's folder when loaded from one (shipped data such as a prior)
+    logit_shift: int = 0  # 1 when the family's prediction for position i is the logits at i-1 (Dream)
 
 
 @dataclass(frozen=True)
@@ -145,12 +155,16 @@ class BlockState:
     """One sample's current block as a decoder sees it. The engine updates tokens/logits."""
 
     def __init__(self, tokens: torch.Tensor, logits: torch.Tensor, mask_id: int, block_index: int,
-                 sample_memory: dict[str, Any] | None = None, n_blocks: int = 1):
+                 sample_memory: dict[str, Any] | None = None, n_blocks: int = 1,
+                 generator: torch.Generator | None = None):
         self.tokens = tokens  # [L] view into the canvas
         self.mask_id = mask_id
         self.block_index = block_index
         self.n_blocks = n_blocks  # blocks this sample decodes
         self.response_offset = 0  # block position j is response position response_offset + j (for traces)
+        self.prompt_length = 0  # the sample's prompt tokens (position id of its first response position)
+        # the sample's own CPU random generator, for decoders whose configuration `draws`; None otherwise
+        self.generator = generator
         self.step = 0
         self.memory: dict[str, Any] = {}  # decoder scratch, lives for this sample's block
         # block offsets [lo, hi) of the current sub-block (`sub_block_length`): where a decoder commits,
@@ -250,12 +264,21 @@ class Scheduler(ABC):
     shortens_canvas: ClassVar[bool] = False
     # plans may end a block with masks left (`defer`); the engine fills them after the last block
     defers_masks: ClassVar[bool] = False
+    # on a shifted-logit family, the first step decides the block's first position too (no commit at
+    # the block opening) where the window holds the row before the block (cache none); module docstring
+    decides_first_position: ClassVar[bool] = False
+    # a step may commit nothing (a fixed schedule of forwards); every block still ends within block_length steps
+    idle_steps: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
     # the kind of family this decoder decodes (ripple/platform/runtime/models/family.py NOISES): "mask"
     # (commits into masked positions) or "uniform" (renoises a canvas of tokens; module docstring)
     noise: ClassVar[str] = "mask"
     default_cache: ClassVar[str] = "none"  # the cache policy a run without --cache uses
+    # hyperparameters that count forwards over the whole response (ParallelBench's `steps`): PBx compares
+    # configurations by tokens per step, gen_length / value, so one setting at two response lengths
+    # (32 and 64 tokens, steps 8 and 16) is one configuration (k = 4)
+    response_steps_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: HyperParams | None = None):
         self.params = params if params is not None else self.Params()
@@ -264,6 +287,11 @@ class Scheduler(ABC):
     def may_edit(self) -> bool:
         """Whether this configuration can rewrite a token (then no token is final before its block
         ends, and the engine never ends a row mid-block at an end-of-sequence token)."""
+        return False
+
+    @property
+    def draws(self) -> bool:
+        """Whether this configuration draws random numbers (then `BlockState.generator` is the sample's own)."""
         return False
 
     @property

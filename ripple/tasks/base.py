@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 from ripple.errors import RippleError
 from ripple.plugins import TASK_GROUP, BrokenPlugin, PluginGroup, PluginSource
@@ -49,6 +49,11 @@ class Task(ABC):
     # constructor options a grid or sweep spec may set per task (e.g. a code task's sandbox limits);
     # they can change a score, so they are part of a cell's identity
     options: ClassVar[tuple[str, ...]] = ()
+    # the response length a run of this task uses when none is given (`ripple eval` without --gen-length);
+    # None: the command's own default
+    gen_length: ClassVar[int | None] = None
+    # scored by ParallelBench's metrics (`parallelbench_scoring`): the leaderboard's PBx counts its cells
+    parallelbench_scored: ClassVar[bool] = False
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
@@ -66,6 +71,11 @@ class Task(ABC):
     def score(self, example: Example, completion: str) -> Score:
         """Judge `completion` (the model's text after the prompt) for `example`."""
 
+    def floor_nfe(self, example: Example) -> int | None:
+        """The fewest forwards a decoder can make on `example` and always be right, where the task's
+        definition settles it (tasks with free choices, e.g. `lines/<op>`); None: not defined."""
+        return None
+
 
 def cut_at_stops(text: str, stop_sequences: tuple[str, ...]) -> str:
     """`text` up to the first occurrence of any stop sequence, as generation `until` lists work."""
@@ -78,6 +88,25 @@ def cut_at_stops(text: str, stop_sequences: tuple[str, ...]) -> str:
 
 _TASKS: dict[str, type[Task]] = {}
 T = TypeVar("T", bound=type[Task])
+
+
+@dataclass(frozen=True)
+class TaskFamily:
+    """Task names made from data rather than code (ParallelBench's categories, found in the data
+    directory): `resolve` gives the class of a name of the family (registering it) or None for a name
+    that is not the family's, and may raise a one-line RippleError for a name it refuses; `found`
+    lists the family's names present in the data directory in effect."""
+
+    resolve: Callable[[str], "type[Task] | None"]
+    found: Callable[[], list[str]]
+
+
+_FAMILIES: list[TaskFamily] = []
+
+
+def register_task_family(family: TaskFamily) -> TaskFamily:
+    _FAMILIES.append(family)
+    return family
 
 
 def check_task_class(name: str, obj) -> None:
@@ -119,10 +148,16 @@ def register_task(cls: T) -> T:
     return cls
 
 
+def registered_task(name: str) -> type[Task] | None:
+    """The class registered as `name` now, or None (no plugin reading, no task family asked)."""
+    return _TASKS.get(name)
+
+
 def task_names() -> list[str]:
-    """Registered task names, sorted."""
+    """Registered task names (and those a task family finds in the data directory in effect), sorted."""
     PLUGINS.read()
-    return sorted(_TASKS)
+    found = {name for family in _FAMILIES for name in family.found()}
+    return sorted(set(_TASKS) | found)
 
 
 def task_class(name: str) -> type[Task]:
@@ -133,6 +168,10 @@ def task_class(name: str) -> type[Task]:
     try:
         return _TASKS[name]
     except KeyError:
+        for family in _FAMILIES:
+            cls = family.resolve(name)
+            if cls is not None:
+                return cls
         close = difflib.get_close_matches(name, task_names(), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise RippleError(f"unknown task {name!r}{hint}; registered: {', '.join(task_names())}") from None

@@ -1,9 +1,10 @@
 """Benchmark data: from the Hugging Face hub by default, or from a local copy.
 
 A local data directory is laid out like `../shared/data` (`gsm8k/test.jsonl`,
-`math500/test.jsonl`, `humaneval/HumanEval.jsonl[.gz]`, `mbpp/mbpp.jsonl`); it is
-given by `--data-dir` or `RIPPLE_DATA_DIR` and always wins over the hub, so runs
-on a cluster without internet read the same bytes as runs that download.
+`math500/test.jsonl`, `humaneval/HumanEval.jsonl[.gz]`, `mbpp/mbpp.jsonl`; ParallelBench's test
+files, which have no hub copy, under `parallelbench/<category>/`); it is given by `--data-dir`
+or `RIPPLE_DATA_DIR` and always wins over the hub, so runs on a cluster without internet read
+the same bytes as runs that download.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from typing import Any
 from ripple.errors import RippleError
 
 DATA_DIR_ENV = "RIPPLE_DATA_DIR"
-LAYOUT = "gsm8k/test.jsonl, math500/test.jsonl, humaneval/HumanEval.jsonl, mbpp/mbpp.jsonl"
+LAYOUT = ("gsm8k/test.jsonl, math500/test.jsonl, humaneval/HumanEval.jsonl, mbpp/mbpp.jsonl, "
+          "parallelbench/<category>/ for ParallelBench's test files")
 
 
 @dataclass(frozen=True)
@@ -48,13 +50,14 @@ def load_rows(task: str, source: Source, directory: str | os.PathLike | None = N
     if local is not None:
         for rel in source.local:
             if (local / rel).is_file():
-                return _read_jsonl(local / rel)
+                return read_jsonl(local / rel)
         raise RippleError(f"task {task}: none of {', '.join(source.local)} found in data directory {str(local)!r} "
                           f"(layout like ../shared/data: {LAYOUT})")
     return _from_hub(task, source)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every row of a JSON-lines file (optionally gzipped); a corrupt line or an empty file is one line."""
     opener = gzip.open if path.suffix == ".gz" else open
     rows, lineno = [], 0
     try:

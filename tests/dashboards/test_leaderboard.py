@@ -27,7 +27,8 @@ from tests.platform.gridtools import env
 COLUMNS = ["model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto",  # the list, verbatim
            "mean_edits",  # then token edits per sample (where a cell edited)
-           "seed"]  # and the cell's seed
+           "seed",  # and the cell's seed
+           "strict"]  # and ParallelBench's strict figure (empty for other tasks)
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:

@@ -34,7 +34,9 @@ DECODERS = [(name, {}) for name in decoders_for("mask")] + [
     ("dinfer_threshold", {"tau": "0.3"}), ("hierarchy", {"tau": "0.5", "low_tau": "0.1"}),
     ("credit", {"tau": "0.3", "alpha": "1.5", "gamma": "0.5", "beta": "0.5"}),
     ("pc_sampler", {"lambda": "0.5", "alpha": "2.0"}), ("dus", {"base": "2", "remask_tau": "0.3"}),
-    ("slow_fast", {"explore_steps": "2", "span_tau": "0.2", "fill_tau": "0.3"})]
+    ("slow_fast", {"explore_steps": "2", "span_tau": "0.2", "fill_tau": "0.3"}),
+    ("topk", {"rank": "margin", "k": "2"}), ("topk", {"rank": "random", "k": "2"}),
+    ("topk", {"rank": "entropy", "tau": "0.3"}), ("topk", {"rank": "random", "factor": "1.0"})]
 
 # data a decoder reads from files (PC-Sampler's token-frequency prior): one that fits every vocabulary here
 PRIOR = Path(tempfile.mkdtemp(prefix="ripple-prior-")) / "prior.json"

@@ -36,6 +36,7 @@ class SampleResult:
     edits: int = 0  # token edits (editing decoders)
     encoder_nfe: int = 0  # of nfe, encoder passes (a uniform-noise family)
     seed: int | None = None  # the sample's seed (`sample_seed`) when its decoder draws (renoise), else None
+    floor_nfe: int | None = None  # the task's floor for the sample (Task.floor_nfe), where it defines one
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,11 @@ class CellResult:
         gen = self.settings.get("gen_length", 0)
         frame = pl.DataFrame([{"sample_id": s.sample_id, "correct": s.correct, "error": None, "nfe": s.nfe,
                                "generated_tokens": s.generated_tokens, "decode_seconds": s.decode_seconds,
-                               "gen_length": gen, "edits": s.edits} for s in self.samples],
+                               "gen_length": gen, "edits": s.edits, "score_strict": strict_of(s.score)}
+                              for s in self.samples],
                              schema={"sample_id": pl.String, "correct": pl.Boolean, "error": pl.String, "nfe": pl.Int64,
                                      "generated_tokens": pl.Int64, "decode_seconds": pl.Float64, "gen_length": pl.Int64,
-                                     "edits": pl.Int64})
+                                     "edits": pl.Int64, "score_strict": pl.Float64})
         return cell_metrics(frame)
 
     def __getattr__(self, name: str):  # accuracy, mean_nfe, tps, canvas_tps, decode_seconds, ...
@@ -68,6 +70,12 @@ class CellResult:
 
     def summary(self) -> dict[str, Any]:
         return {**self.settings, **self.stats.metrics(), "n": self.n}
+
+
+def strict_of(details: dict[str, Any]) -> float | None:
+    """A score's strict figure (ParallelBench's `score_strict`), or None for a task without one."""
+    value = details.get("score_strict")
+    return None if value is None else float(value)
 
 
 def sample_seed(seed: int, sample_id: str) -> int:
@@ -107,12 +115,12 @@ def drawn_seed(decoder: Scheduler, seed: int, sample_id: str) -> int | None:
     return sample_seed(seed, sample_id) if decoder.noise == "uniform" else None
 
 
-def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, seed: int | None = None
-                  ) -> SampleResult:
+def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, seed: int | None = None,
+                  floor_nfe: int | None = None) -> SampleResult:
     """The record of one decoded and scored example."""
     return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
                         out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
-                        out.edits, out.encoder_nfe, seed)
+                        out.edits, out.encoder_nfe, seed, floor_nfe)
 
 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
@@ -140,7 +148,7 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
             ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat, seed=seed)
             pending.append((ex, ids, out, text, pool.submit(task.score, ex, text)))
         for ex, ids, out, text, fut in pending:
-            res = sample_result(ex, ids, out, text, fut.result(), drawn_seed(decoder, seed, ex.id))
+            res = sample_result(ex, ids, out, text, fut.result(), drawn_seed(decoder, seed, ex.id), task.floor_nfe(ex))
             results.append(res)
             if on_sample:
                 on_sample(res)

@@ -15,7 +15,11 @@ Every surface (`ripple eval`, the grid table, MLflow, sweeps, `ripple report`) c
                cells share (seeded);
   p_value      exact McNemar test of correctness against the baseline on the shared samples
                (a binomial test on the discordant pairs);
-  AUP          accuracy under parallelism of one decoder's curve of (TPF, accuracy) points (`aup`).
+  AUP          accuracy under parallelism of one decoder's curve of (TPF, accuracy) points (`aup`);
+  strict       ParallelBench tasks: mean `score_strict` (percent) over samples without error, the
+               same rule on strictly formatted answers; None for tasks without it;
+  PBx          ParallelBench's summary over a set of tasks: the largest tokens per step among a
+               decoder's configurations whose mean score over the tasks is at least x (`pb_scores`).
 Statistics come from scipy.stats, not hand-written formulas.
 """
 from __future__ import annotations
@@ -63,6 +67,7 @@ class CellMetrics:
     nfe_speedup_hi: float | None = None
     p_value: float | None = None  # exact McNemar against the baseline
     mean_edits: float | None = None  # token edits per sample (token editing); None where no sample edited
+    strict: float | None = None  # percent: mean score_strict (ParallelBench tasks); None for other tasks
 
     def metrics(self) -> dict[str, float]:
         """The numeric fields that are set, for MLflow and JSON."""
@@ -216,10 +221,18 @@ def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int
                tpf=int(ok["generated_tokens"].sum() or 0) / forwards if forwards else None,
                generated_tokens=int(ok["generated_tokens"].sum() or 0) if n else 0, decode_seconds=seconds,
                tps=tokens / seconds if timed else None, canvas_tps=canvas / seconds if timed else None,
-               batch_size=size, throughput=tput, batches=batches, mean_edits=mean_edits(ok))
+               batch_size=size, throughput=tput, batches=batches, mean_edits=mean_edits(ok), strict=strict_score(ok))
     if base is not None:
         out.update(_compare(ok, _ok(base), out, seed))
     return CellMetrics(**out)
+
+
+def strict_score(ok: pl.DataFrame) -> float | None:
+    """Percent: mean `score_strict` over the samples without error (a sample without one counts 0), or
+    None when no sample carries one (a task without a strict figure, or records that predate it)."""
+    if "score_strict" not in ok.columns or ok.height == 0 or ok["score_strict"].null_count() == ok.height:
+        return None
+    return 100 * float(ok["score_strict"].fill_null(0.0).sum()) / ok.height
 
 
 def mean_edits(ok: pl.DataFrame) -> float | None:
@@ -335,3 +348,17 @@ def aup(points: Iterable[tuple[float, float]], y_max: float) -> Aup:
     for (r0, y0), (r1, y1) in zip(kept, kept[1:]):
         total += (r1 - r0) * (y1 * aup_weight(y1, y_max) + y0 * aup_weight(y0, y_max)) / 2
     return Aup(total, kept, dropped)
+
+
+# ---------------------------------------------------------------------------- PBx
+PB_THRESHOLDS = (90, 80, 70, 60)  # ParallelBench's x, in percent
+
+
+def pb_scores(configs: Iterable[tuple[float, float]], thresholds: Iterable[int] = PB_THRESHOLDS
+              ) -> dict[int, float | None]:
+    """ParallelBench's PBx over a decoder's configurations, each (tokens per step, mean score in percent)
+    averaged over the same set of tasks: for each x, the largest tokens per step among configurations
+    whose mean score is at least x, or None when none reaches x (its `pb_score`). Ties in score or in
+    tokens per step change nothing: only the largest qualifying tokens per step counts."""
+    configs = [(float(t), float(s)) for t, s in configs]
+    return {x: max((t for t, s in configs if s >= x), default=None) for x in thresholds}

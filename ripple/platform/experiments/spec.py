@@ -8,7 +8,8 @@ values, so a typo never costs a cluster start-up. Shipped specs live in `grids/`
 Example (`ripple/platform/experiments/grids/demo.yaml` is another):
 
     models: [ripple-tiny]
-    tasks: {arith: {limit: 50}, pyfunc: {limit: 20}}   # or a list of names plus `limit:`
+    tasks: {arith: {limit: 50}, pyfunc: {limit: 20}}   # or a list of names plus `limit:`; a task may
+                                                      # also set its own gen_lengths and block_lengths
     decoders:                                         # or `decoders: all`: every registered one
       - default
       - {name: rps, params: {lambda: [0.1, 0.2]}}       # a list expands into one cell per value
@@ -41,7 +42,10 @@ TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_len
             "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align",
             "sub_block_length", "data_dir", "workers", "batch_size")
 DECODER_KEYS = ("name", "params", "task_params", "models")
-TASK_KEYS = ("limit",)  # plus the task's own options (`Task.options`)
+TASK_KEYS = ("limit", "gen_lengths", "block_lengths")  # plus the task's own options (`Task.options`)
+# a task's own lengths replace the spec's for its cells (ParallelBench: 32-token waiting lines, 64-token
+# puzzles, each with the block equal to the response); they are cell settings, not task options
+TASK_LENGTHS = ("gen_lengths", "block_lengths")
 WORKER_KEYS = ("device", "count", "cpus", "gpus", "max_restarts")
 WORKER_DEVICES = ("auto", "gpu", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -159,11 +163,17 @@ class GridSpec:
                 settings.append(dict(c.params))
         lines = []
         for name, tasks in by.items():
+            # the hyperparameters whose values are not the same for every task; tasks alike share a line
             keys = [k for k in get(name).Params().to_dict()
-                    if len({p[k] for ps in tasks.values() for p in ps}) > 1]
-            per = {task: " | ".join(" ".join(f"{k}={p[k]}" for k in keys) for p in ps) for task, ps in tasks.items()}
+                    if len({frozenset(p[k] for p in ps) for ps in tasks.values()}) > 1]
+            per = {task: " | ".join(dict.fromkeys(" ".join(f"{k}={p[k]}" for k in keys) for p in ps))
+                   for task, ps in tasks.items()}
             if len(set(per.values())) > 1:
-                lines.append(f"    {name} per task: {'; '.join(f'{t} {v}' for t, v in per.items())}")
+                alike: dict[str, list[str]] = {}
+                for task, text in per.items():
+                    alike.setdefault(text, []).append(task)
+                groups = "; ".join(", ".join(t) + " " + v for v, t in alike.items())
+                lines.append(f"    {name} per task: {groups}")
         return lines
 
     def with_limit(self, limit: int | None) -> "GridSpec":
@@ -375,6 +385,8 @@ class SpecParser:
         decoders = self.decoders(raw["decoders"], models, [task for task, _, _ in tasks])
         gens = self.positive_ints(raw["gen_lengths"], "gen_lengths")
         blocks = self.positive_ints(raw["block_lengths"], "block_lengths")
+        lengths = {task: (own.get("gen_lengths", gens), own.get("block_lengths", blocks))
+                   for task, own in self.task_lengths.items()}
         caches = self.caches(raw.get("caches", ["none"]))
         seeds = self.ints(raw.get("seeds", [0]), "seeds")
         split = raw.get("split", "test")
@@ -394,7 +406,8 @@ class SpecParser:
         description = raw.get("description", "")
         if not isinstance(description, str):
             raise self.fail("'description' takes a string")
-        self.lengths(gens, blocks, align)
+        for task_gens, task_blocks in {task: lengths.get(task, (gens, blocks)) for task, _, _ in tasks}.values():
+            self.lengths(task_gens, task_blocks, align)
         for name, _, _ in decoders:
             self.decoder_caches(name, caches)
         cells = tuple(
@@ -403,7 +416,8 @@ class SpecParser:
                  eos_early_stop=early, task_options=options, block_align=align, sub_block_length=sub)
             for model, (task, limit, options), (name, per_task, only) in itertools.product(models, tasks, decoders)
             if only is None or model in only
-            for params, gen, block, cache, seed in itertools.product(per_task[task], gens, blocks, caches, seeds)
+            for params, gen, block, cache, seed in itertools.product(per_task[task], *lengths.get(task, (gens, blocks)),
+                                                                     caches, seeds)
         )
         ids = [c.cell_id for c in cells]
         if len(set(ids)) != len(ids):
@@ -439,6 +453,7 @@ class SpecParser:
 
     def tasks(self, value: Any, limit: int | None) -> list[tuple[str, int | None, str]]:
         """(name, limit, options JSON) per task; options are the task's own (`Task.options`)."""
+        self.task_lengths: dict[str, dict[str, list[int]]] = {}
         if not isinstance(value, dict):
             names = self.strings(value, "tasks")
             for name in names:
@@ -453,7 +468,10 @@ class SpecParser:
             if not isinstance(opts, dict):
                 raise self.fail(f"task {name!r} takes a mapping such as {{limit: 50}}, got {opts!r}")
             self.keys(opts, TASK_KEYS + cls.options, f" in task {name!r}")
-            options = {k: v for k, v in opts.items() if k != "limit"}
+            options = {k: v for k, v in opts.items() if k not in TASK_KEYS}
+            own = {k: self.positive_ints(opts[k], f"tasks.{name}.{k}") for k in TASK_LENGTHS if k in opts}
+            if own:
+                self.task_lengths[str(name)] = own
             try:
                 cls.check_options(options)
             except RippleError as exc:

@@ -119,6 +119,7 @@ class SampleRecord(DecodeSettings):
     lookahead_nfe: int | None = None
     edits: int | None = None  # token edits (editing decoders; None: stored before records carried it)
     encoder_nfe: int | None = None  # of nfe, encoder passes (a uniform-noise family; None: stored before records carried it)
+    floor_nfe: int | None = None  # the task's floor for the sample (Task.floor_nfe; None: the task defines none)
     # the seed of the sample's own generator, sample_seed(seed, sample_id) (ripple/platform/experiments/
     # evaluate.py), when its decoder draws (renoise); None for the greedy mask decoders
     sample_seed: int | None = None
@@ -127,6 +128,9 @@ class SampleRecord(DecodeSettings):
     canvas_tps: float | None = None
     correct: bool | None = None
     score: str | None = None  # JSON of the task's score details
+    # ParallelBench's second figure (`score_strict` of the score details); None for other tasks and for
+    # records stored before it
+    score_strict: float | None = None
     error: str | None = None  # set when decoding or scoring failed; the sample is then kept, not dropped
     worker_id: str | None = None
     hardware: str | None = None
@@ -166,7 +170,8 @@ KEY = ["cell_id", "sample_id"]
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
                                  "eos_early_stop": False, "chat_form": "singleturn",
                                  "task_options": "{}", "block_align": "response", "plugins": None,
-                                 "encoder_nfe": None, "sample_seed": None, "sub_block_length": None}
+                                 "encoder_nfe": None, "sample_seed": None, "floor_nfe": None, "score_strict": None,
+                                 "sub_block_length": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 

@@ -143,7 +143,7 @@ class SampleWorker:
 
         from ...decoders import build
         from ..runtime.engine import GenerationConfig
-        from .evaluate import drawn_seed, run_batch
+        from .evaluate import drawn_seed, run_batch, strict_of
 
         if not items:
             return []
@@ -177,8 +177,9 @@ class SampleWorker:
             records.append(item.record(
                 prompt_tokens=len(ids), completion=text, generated_tokens=out.generated_tokens, nfe=out.nfe,
                 lookahead_nfe=out.lookahead_nfe, edits=out.edits, encoder_nfe=out.encoder_nfe,
-                sample_seed=drawn_seed(decoder, cell.seed, item.example.id), decode_seconds=out.decode_seconds, tps=out.tps,
-                canvas_tps=out.canvas_tps, correct=bool(score.correct), score=dumps(score.details), **where,
+                floor_nfe=task.floor_nfe(item.example), sample_seed=drawn_seed(decoder, cell.seed, item.example.id),
+                decode_seconds=out.decode_seconds, tps=out.tps, canvas_tps=out.canvas_tps, correct=bool(score.correct),
+                score=dumps(score.details), score_strict=strict_of(score.details), **where,
                 **batch))
         return records
 

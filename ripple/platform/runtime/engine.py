@@ -13,7 +13,10 @@ block-opening forward commits that position with its top-1 token (mask id exclud
 Fast-dLLM's Dream generation does, and the decoder's first step runs on the logits of the
 forward after it. No later forward needs the earlier row; the committed position keeps
 the opening forward's prediction as its row in every later `BlockState.logits`. Both
-forwards count towards NFE.
+forwards count towards NFE. A decoder that declares `decides_first_position` (ParallelBench's
+Dream loop) gets no opening commit where the window holds the row before the block (cache
+`none`: the whole canvas): its first step reads the opening forward, and every later forward
+reads the block's predictions from the row before the block on (`commits_at_opening`).
 
 A step's forward may carry extra segments after the window, as the decoder declares:
   variants  packed lookahead copies of the block (visibility rule of DESIGN.md 3): a
@@ -224,7 +227,8 @@ class Engine:
                  trace: TraceFn | None = None, observe: ObserveFn | None = None,
                  seeds: Sequence[int] | None = None) -> list[SampleOutput]:
         """Decode each prompt. `seeds`: one per prompt (default 0), the seed of the sample's own random
-        generator; only decoders that sample draw from it (renoising), greedy ones ignore it."""
+        generator; only decoders that draw use it (renoising, a configuration whose `draws`), greedy ones
+        ignore it."""
         from ...decoders.registry import check_noise
 
         check_noise(decoder.name, self.family, self.noise)
@@ -241,14 +245,23 @@ class Engine:
             return RenoisingRun(self, prompts, decoder, config, seeds, trace, observe).execute()
         if config.gen_length % config.block_length and not (self.block_causal or config.block_align == "absolute"):
             raise _indivisible(config.gen_length, config.block_length)
-        run = _Run(self, prompts, decoder, config, trace, observe)
+        if decoder.decides_first_position and (decoder.uses_lookahead or decoder.uses_shadow):
+            raise RippleError(f"decoder {decoder.name!r} declares decides_first_position with block copies "
+                              "(lookahead or shadow): the engine supports one or the other")
+        run = _Run(self, prompts, decoder, config, trace, observe, seeds)
         decoder.prepare(self._shape(config, run.n_blocks))
         return run.execute()
 
     def _shape(self, config: GenerationConfig, n_blocks: Sequence[int]) -> RunShape:
         """What a decoder checks before the run (`Scheduler.prepare`)."""
         return RunShape(config.gen_length, config.block_length, tuple(n_blocks),
-                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir)
+                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift)
+
+    def commits_at_opening(self, decoder: Scheduler, cache: str) -> bool:
+        """Whether a block opening commits the block's first position (module docstring): on a family that
+        declares `opening_commit`, unless the decoder decides that position itself and the window holds
+        the row before the block (cache none)."""
+        return self.opening_commit and not (decoder.decides_first_position and cache == "none")
 
     # ------------------------------------------------------------------ forwards
     def forward_full(self, canvas, positions, pad, logits_rows, store_kv, block: int | None = None):
@@ -352,7 +365,8 @@ class Engine:
 class _Run:
     """State of one `generate` call: the canvas of a batch and per-row bookkeeping."""
 
-    def __init__(self, engine: Engine, prompts, decoder: Scheduler, cfg: GenerationConfig, trace, observe=None):
+    def __init__(self, engine: Engine, prompts, decoder: Scheduler, cfg: GenerationConfig, trace, observe=None,
+                 seeds: Sequence[int] | None = None):
         self.e, self.decoder, self.cfg, self.trace, self.observe = engine, decoder, cfg, trace, observe
         if not prompts:
             raise RippleError("no prompts given")
@@ -373,6 +387,7 @@ class _Run:
             self.n_blocks = [G // L] * B
             self.origin = P
         self.starts = [o + n for o, n in zip(offs, lens)]  # canvas column of each row's response
+        self.lens = lens  # each row's prompt tokens
         N = self.origin + max(self.n_blocks) * L
         # past a row's end: padding. A block-diffusion family decodes its last block in full; a
         # full-attention family aligned to 0 cuts it at P + G (the canvas a full forward sees is P + G)
@@ -414,6 +429,15 @@ class _Run:
         # may still be rewritten (module docstring)
         self.editing = decoder.edits_tokens and (decoder.may_edit or decoder.max_post_forwards > 0)
         self.sample_memory: list[dict] = [{} for _ in range(B)]  # decoder scratch per sample, across blocks
+        # a configuration that draws: one CPU generator per sample, seeded with its seed (batch-independent)
+        if seeds is not None and len(seeds) != B:
+            raise RippleError(f"{len(seeds)} seeds for {B} prompts; give one seed per prompt")
+        self.gens = [torch.Generator().manual_seed(int(s)) for s in (seeds or [0] * B)] if decoder.draws else [None] * B
+        # the block opening commits its first position (shifted families), and so the block positions
+        # whose rows later forwards keep: `head`; the rows read before the block: `back`
+        self.opening = engine.commits_at_opening(decoder, cfg.cache)
+        self.head = engine.shift if self.opening else 0
+        self.back = engine.shift - self.head
         self._finished = None  # block diffusion: (KV cache of the last opening, its rows' batch indices)
         self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
         # a family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule)
@@ -566,9 +590,9 @@ class _Run:
             self._enter(st, self._window(st))
             states[r] = st
             # the opening computed the block as the first decision reads it unless it commits at the opening
-            self.snap[r] = not (e.opening_commit and bool(st.block_masked[0]))
+            self.snap[r] = not (self.opening and bool(st.block_masked[0]))
         win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext, causal)
-        if e.opening_commit:
+        if self.opening:
             self._open(rows, states, kv, win, blk)
         max_steps = 4 * L + 16 + (dec.max_post_forwards if self.editing else 0)
         post = dict.fromkeys(rows, 0)  # post forwards run in this block (token editing)
@@ -647,10 +671,11 @@ class _Run:
         L = self.cfg.block_length
         bs = self.origin + blk * L
         st = BlockState(self.canvas[r, bs:bs + L], logits, self.e.mask_id, blk, self.sample_memory[r],
-                        self.n_blocks[r])
+                        self.n_blocks[r], self.gens[r])
         st.fixed[:max(0, self.starts[r] - bs)] = True  # the prompt's tail (block-aligned families)
         st.fixed[max(0, self.ends[r] - bs):] = True  # past the row's end (a last block cut short)
         st.response_offset = bs - self.starts[r]
+        st.prompt_length = self.lens[r]
         return st
 
     def _post_forward(self, r: int, post: dict, filling: bool, edited: list) -> bool:
@@ -688,7 +713,7 @@ class _Run:
     def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv, rows,
                  win: _Window, blk: int):
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
-        e, L, s = self.e, self.cfg.block_length, self.e.shift
+        e, L, s = self.e, self.cfg.block_length, self.head  # s: block positions committed at the opening
         looks, shadow, cut, sub = kind
         pick = self._rows(group)
         master, at = kv, torch.tensor([win.row_pos[r] for r in group], device=e.device)
@@ -705,7 +730,7 @@ class _Run:
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
             kv = kv.truncate(end) if kv is not None else None
         Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
-        n_out = min(n, win.extent - win.lo)  # block rows computed
+        n_out = min(n, win.extent - win.lo + self.back)  # block rows computed
         variants, m = None, 0
         if looks:
             m = max(plans[r].variants.shape[0] for r in group)
@@ -718,14 +743,15 @@ class _Run:
             variants = torch.stack(var)  # [G, m, L]
         ar = lambda k: torch.arange(k, device=e.device)  # noqa: E731
         # the prediction for block position j (>= s) sits at row j - s of the block and of each copy of it
-        out_rows = [ar(n_out) + win.lo - win.w0]
+        # (without an opening commit on a shifted family, at the window row before it: `back`)
+        out_rows = [ar(n_out) + win.lo - self.back - win.w0]
         if m:
             out_rows.append((Tw + ar(m)[:, None] * L + ar(n)[None]).reshape(-1))
         if shadow:
             out_rows.append(Tw + m * L + ar(n))
         beyond = None
         if win.next:  # the next block's predictions: window rows where the window covers them, else its copy
-            c = ar(L) + win.hi - s  # [L] canvas rows
+            c = ar(L) + win.hi - e.shift  # [L] canvas rows
             inside = c < win.w1
             out_rows.append(torch.where(inside, c - win.w0, Tw + (m + shadow) * L + c - win.hi))
             if not bool(inside.all()):
@@ -768,7 +794,7 @@ class _Run:
         canvas and of the rest of the block (from the last whole-block forward, so stale where later
         commits changed the block, as Fast-dLLM v2's block cache is); the rows it predicts (positions
         a + shift .. b - 1) replace theirs, the others keep theirs."""
-        e, s = self.e, self.e.shift
+        e, s = self.e, self.head  # under `dual` every opening commits: the block's first `head` rows are kept
         a, b = sub
         pick = self._rows(group)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.lo + a, win.lo + b,

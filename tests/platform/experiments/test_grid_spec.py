@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from ripple.errors import RippleError
 from ripple.cli import main
 from ripple.decoders import names
 from ripple.platform.experiments.spec import load_spec, parse_spec, shipped_specs
@@ -18,8 +19,8 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "diffusion-gemma", "fast-dllm-v2", "field", "kv-cache", "length-robustness", "llada2", "llada2.1", "paper-table1",
-                              "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
+    assert shipped_specs() == ["demo", "diffusion-gemma", "fast-dllm-v2", "field", "kv-cache", "length-robustness", "llada2",
+                              "llada2.1", "paper-table1", "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -159,7 +160,7 @@ BAD = [
     ("option a task does not take", GOOD.replace("tasks: [arith]", "tasks: {arith: {limit: 5, timeout_s: 10}}"),
      "unknown key 'timeout_s' in task 'arith'; accepted: limit"),
     ("sandbox option typo", GOOD.replace("tasks: [arith]", "tasks: {humaneval: {timeout: 10}}"),
-     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, timeout_s, cpu_s, memory_mb"),
+     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, gen_lengths, block_lengths, timeout_s, cpu_s, memory_mb"),
     ("bad sandbox limit", GOOD.replace("tasks: [arith]", "tasks: {mbpp: {memory_mb: -5}}"),
      "task mbpp: memory_mb must be a positive number, got -5"),
     ("unknown chat form", GOOD + "chat: twoturn\n",
@@ -363,3 +364,34 @@ def test_the_diffusion_gemma_grid():
     assert card == {"steps": 48, "t_max": 0.8, "t_min": 0.4, "entropy_bound": 0.1, "stability": 1, "confidence": 0.005}
     assert dict(spec.cells[0].params) == card and settings[0] == 48 and all(s < 48 for s in settings[1:])
     assert len(settings) == 3
+
+
+def test_a_task_may_set_its_own_lengths():
+    """`tasks: {name: {gen_lengths, block_lengths}}` replaces the spec's lengths for that task's cells (as
+    ParallelBench runs 32-token waiting lines and 64-token puzzles); ids are the cells' usual ones."""
+    base = {"models": ["ripple-tiny"], "gen_lengths": [48], "block_lengths": [16], "decoders": ["default"]}
+    spec = parse_spec({**base, "tasks": {"arith": {}, "pyfunc": {"gen_lengths": [64, 32], "block_lengths": [32]}}}, "t")
+    assert sorted((c.task, c.gen_length, c.block_length) for c in spec.cells) == [
+        ("arith", 48, 16), ("pyfunc", 32, 32), ("pyfunc", 64, 32)]
+    plain = parse_spec({**base, "tasks": ["arith"]}, "t")
+    assert spec.cells[0].cell_id == plain.cells[0].cell_id and spec.cells[0].task_options == "{}"
+    with pytest.raises(RippleError, match="gen_length 48 is not divisible by block_length 32"):
+        parse_spec({**base, "tasks": {"arith": {"block_lengths": [32]}}}, "t")
+    with pytest.raises(RippleError, match="tasks.arith.gen_lengths"):
+        parse_spec({**base, "tasks": {"arith": {"gen_lengths": [0]}}}, "t")
+
+
+def test_the_parallelbench_grid_plans_its_sweep(capsys):
+    """ParallelBench's published sweep (needs the `topk` decoder): 12 tasks x 2 models; top-k at
+    k = 1..32 for every ranking with steps = gen_length / k and the block equal to the response."""
+    assert main(["grid", "parallelbench", "--dry-run"]) == 0
+    assert "experiment parallelbench, 1152 cells" in capsys.readouterr().out
+    cells = load_spec("parallelbench").cells
+    assert {c.task for c in cells} == {n for n in task_names() if n.startswith("parallelbench/")}
+    assert all(c.block_length == c.gen_length == (64 if "/puzzle/" in c.task else 32) for c in cells)
+    topk = [dict(c.params) for c in cells if c.decoder == "topk" and c.model == "GSAI-ML/LLaDA-1.5"
+            and c.task == "parallelbench/puzzle/sudoku_n4_12"]
+    k = sorted({(p["rank"], 64 // p["steps"]) for p in topk if p["tau"] == 0 and p["factor"] == 0})
+    assert k == [(r, n) for r in ("confidence", "entropy", "margin", "random") for n in (1, 2, 4, 8, 16, 32)]
+    assert sorted(p["tau"] for p in topk if p["tau"] > 0) == [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    assert sorted(p["factor"] for p in topk if p["factor"] > 0) == [0.7, 1.0, 1.3, 1.6, 1.9]

@@ -122,3 +122,20 @@ def test_check_weights_refuses_samples_other_weights_decoded(tmp_path):
         store.check_weights({"m": "ccc"}, "use --fresh")
     with pytest.raises(RippleError, match=r"holds 1 samples of m .*\(unrecorded; m is now aaa\)"):
         store.check_weights({"m": "aaa"}, "use --fresh")
+
+
+def test_a_store_written_before_the_strict_column_reads_it_as_none(tmp_path):
+    """ParallelBench's `score_strict` column came later: older part files load with it empty, their
+    cells' metrics have no strict figure, and the new records carry theirs."""
+    from ripple.platform.experiments.metrics import cell_metrics
+    from ripple.platform.experiments.store import to_frame
+
+    store = ResultStore(tmp_path, "exp")
+    store.dir.mkdir(parents=True)
+    to_frame([rec(sample="old")]).drop("score_strict").write_parquet(store.dir / "part-old-0000001.parquet")
+    store.append([rec(sample="new", cell="c2", score_strict=0.0)])
+    frame = store.read()
+    assert frame.schema == pl.Schema(SCHEMA)
+    assert dict(zip(frame["sample_id"], frame["score_strict"])) == {"old": None, "new": 0.0}
+    old, new = (frame.filter(pl.col("sample_id") == s) for s in ("old", "new"))
+    assert cell_metrics(old).strict is None and cell_metrics(new).strict == 0.0
