@@ -220,8 +220,12 @@ def add_decode_args(p: argparse.ArgumentParser, *, gen_default: int | None = Non
                    help="where blocks start: response (block b = response positions b*L..; default) or absolute "
                         "(aligned to position 0 as dInfer runs LLaDA: the first block holds the prompt's tail, the "
                         "last one is shorter; block-diffusion families are always aligned to 0)")
+    p.add_argument("--sub-block-length", type=int, default=None, metavar="S",
+                   help="decode each block in sub-blocks of S positions, left to right (Fast-dLLM v2's small "
+                        "blocks; S divides the block length; default: the block length, no sub-blocks)")
     p.add_argument("--stop-at-eos", action="store_true",
-                   help="stop after the block in which an end-of-sequence token was committed")
+                   help="stop after the block in which an end-of-sequence token was committed (Fast-dLLM v2: "
+                        "as soon as the response holds one with no mask before it, as its generate does)")
     p.add_argument("--eos-early-stop", action="store_true",
                    help="stop right after a step that commits an end-of-sequence token with no mask before it "
                         "(LLaDA2's eos_early_stop: same tokens, fewer forwards)")
@@ -252,7 +256,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     args.cache = args.cache or decoder.default_cache
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
                               args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length),
-                              args.block_align)
+                              args.block_align, args.sub_block_length)
     ids = parse_ids(args.input_ids) if args.input_ids is not None else None
     if ids is not None:
         if args.chat:
@@ -315,7 +319,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.block_length = args.gen_length if task_length else EVAL_BLOCK_LENGTH
     config = GenerationConfig(args.gen_length, args.block_length, args.cache, args.stop_at_eos,
                               args.eos_early_stop, block_aligned(args.model, args.gen_length, args.block_length),
-                              args.block_align)
+                              args.block_align, args.sub_block_length)
     if args.limit is not None and args.limit < 1:
         raise RippleError(f"--limit must be a positive number of examples, got {args.limit}")
     task = get_task(args.task, data_dir=args.data_dir)

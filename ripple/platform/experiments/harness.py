@@ -49,7 +49,7 @@ from .evaluate import sample_seed
 MODEL_NAME = "ripple"
 # model_args besides the decoder's hyperparameters (the harness adds batch_size, max_batch_size, device)
 MODEL_ARGS = ("pretrained", "decoder", "gen_length", "block_length", "cache", "dtype", "device", "batch_size",
-              "stop_at_eos", "eos_early_stop", "block_align", "mc_num", "mc_batch", "seed")
+              "stop_at_eos", "eos_early_stop", "block_align", "sub_block_length", "mc_num", "mc_batch", "seed")
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def check_model_args(pretrained: str = "ripple-tiny", decoder: str = "default", 
                      block_length: int = 32, cache: str = "none", dtype: str = "auto", device: str | None = None,
                      batch_size: int | str = 1, max_batch_size: int | None = None, stop_at_eos: bool = False,
                      eos_early_stop: bool = False, mc_num: int = 128, mc_batch: int = 32, seed: int = 1234,
-                     block_align: str = "response", **params: Any) -> ModelArgs:
+                     block_align: str = "response", sub_block_length: int | None = None, **params: Any) -> ModelArgs:
     """Every model_arg checked without loading weights (`ripple lm-eval` runs this before the harness
     indexes its tasks, so a typo costs nothing); a problem is one RippleError line."""
     cls = decoder_class(str(decoder))
@@ -108,7 +108,9 @@ def check_model_args(pretrained: str = "ripple-tiny", decoder: str = "default", 
         batch_size = int(batch_size)
     config = GenerationConfig(_positive_int("gen_length", gen_length), _positive_int("block_length", block_length),
                               str(cache), _flag("stop_at_eos", stop_at_eos), _flag("eos_early_stop", eos_early_stop),
-                              block_align=str(block_align))
+                              block_align=str(block_align),
+                              sub_block_length=None if sub_block_length is None else _positive_int("sub_block_length",
+                                                                                                  sub_block_length))
     if config.cache not in built.supported_caches:
         raise RippleError(f"decoder {decoder!r} does not support cache {cache!r}; "
                           f"supported: {', '.join(built.supported_caches)}")
