@@ -183,8 +183,12 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="where blocks start: response (block b = response positions b*L..; default) or absolute "
                         "(aligned to position 0 as dInfer runs LLaDA: the first block holds the prompt's tail, the "
                         "last one is shorter; block-diffusion families are always aligned to 0)")
+    p.add_argument("--sub-block-length", type=int, default=None, metavar="S",
+                   help="decode each block in sub-blocks of S positions, left to right (Fast-dLLM v2's small "
+                        "blocks; S divides the block length; default: the block length, no sub-blocks)")
     p.add_argument("--stop-at-eos", action="store_true",
-                   help="stop after the block in which an end-of-sequence token was committed")
+                   help="stop after the block in which an end-of-sequence token was committed (Fast-dLLM v2: "
+                        "as soon as the response holds one with no mask before it, as its generate does)")
     p.add_argument("--eos-early-stop", action="store_true",
                    help="stop right after a step that commits an end-of-sequence token with no mask before it "
                         "(LLaDA2's eos_early_stop: same tokens, fewer forwards)")
@@ -194,7 +198,8 @@ def decode_kwargs(args: argparse.Namespace) -> dict:
     """The API's keyword arguments of add_decode_args's options (the --set pairs as settings)."""
     return {"gen_length": args.gen_length, "block_length": args.block_length, "cache": args.cache, "seed": args.seed,
             "dtype": args.dtype, "device": args.device, "stop_at_eos": args.stop_at_eos,
-            "eos_early_stop": args.eos_early_stop, "block_align": args.block_align, **parse_settings(args.set)}
+            "eos_early_stop": args.eos_early_stop, "block_align": args.block_align,
+            "sub_block_length": args.sub_block_length, **parse_settings(args.set)}
 
 
 # ---------------------------------------------------------------------------- generate, eval

@@ -171,7 +171,7 @@ class CountedModel:
 
 
 def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SCRIPTED_MASK, lead=0,
-                     max_blocks=None, eos=(SCRIPTED_EOS,), idle_steps=False) -> None:
+                     max_blocks=None, eos=(SCRIPTED_EOS,), idle_steps=False, sub_block_length=None) -> None:
     """The shared properties of one decoded sample, from its output and decode trace.
 
     `shift`: 1 where the block opening commits the block's first position (a shifted family, unless the
@@ -179,7 +179,8 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
     tokens sit at the start of the first block (trace positions count from the response start), and a
     block-end EOS stop may decode fewer than `max_blocks` blocks (blocks=None: as many as the trace
     shows). `idle_steps`: the decoder declares that a step may commit nothing; its blocks must still
-    end within block_length steps, the last one committing."""
+    end within block_length steps, the last one committing. With `sub_block_length` every decision
+    stays inside the sub-block its event names."""
     L = block_length
     if blocks is None:
         blocks = len({e["block"] for e in events})
@@ -191,11 +192,16 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
     opens = [e for e in events if e["phase"] == "open"]
     steps = [e for e in events if e["phase"] == "step"]
     fills = [e for e in events if e["phase"] == "fill"]  # blocks a decoder ended with masks (`Plan.defer`)
-    # shifted families: the block opening commits the block's first position, nothing else does
-    assert [[p for p, _ in e["committed"]] for e in opens] == ([[L * b] for b in range(blocks)] if shift else [])
+    # shifted families: the block opening commits the block's first position (when it is no prompt
+    # position), nothing else does
+    opened = [[L * b - lead] for b in range(blocks) if L * b - lead >= 0]
+    assert [[p for p, _ in e["committed"]] for e in opens] == (opened if shift else [])
     for e in steps + opens + fills:  # commits, remasks and edits only inside the current block (never the prompt's tail)
         for p in [p for p, _ in e["committed"]] + e.get("remasked", []) + [p for p, _, _ in e.get("edited", [])]:
             assert max(0, L * e["block"] - lead) <= p < L * (e["block"] + 1) - lead, f"position {p} outside block {e}"
+            if sub_block_length is not None and sub_block_length < L and e["phase"] == "step":
+                lo = L * e["block"] - lead + sub_block_length * e["sub_block"]
+                assert lo <= p < lo + sub_block_length, f"position {p} outside sub-block {e}"
     assert len({e["block"] for e in fills}) == len(fills), "more than one fill forward for a block"
     for b in range(blocks):  # progress: after t steps of a block at least t tokens net committed
         if any(e["block"] == b for e in fills):
@@ -203,7 +209,9 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
         net = 0
         mine = [e for e in steps if e["block"] == b]
         if idle_steps:  # a fixed schedule of forwards, some committing nothing: bounded, and it ends the block
-            assert len(mine) <= L and (not mine or mine[-1]["committed"]), f"no progress in block {b}: {mine}"
+            for sb in sorted({e.get("sub_block", 0) for e in mine}):  # (each of its sub-blocks)
+                part = [e for e in mine if e.get("sub_block", 0) == sb]
+                assert len(part) <= L and part[-1]["committed"], f"no progress in block {b}: {part}"
             continue
         for t, e in enumerate(mine, 1):
             net += len(e["committed"]) - len(e.get("remasked", []))
@@ -217,17 +225,17 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
 
 
 def _check_sample(out, events, calls, prompt_length: int, *, gen_length: int, block_length: int, block_causal: bool,
-                  shift: int, mask: int, eos, idle_steps: bool = False) -> None:
+                  shift: int, mask: int, eos, idle_steps: bool = False, sub_block_length: int | None = None) -> None:
     """`check_invariants` with the block layout of the family: a block-causal family's blocks start at
     position 0 (the first holds the prompt's tail) and an end-of-sequence may stop it early."""
     if block_causal:
-        check_invariants(out, events, calls, blocks=None, block_length=block_length, shift=0, mask=mask,
+        check_invariants(out, events, calls, blocks=None, block_length=block_length, shift=shift, mask=mask,
                          lead=prompt_length % block_length,
                          max_blocks=-(-(prompt_length + gen_length) // block_length) - prompt_length // block_length,
-                         eos=eos, idle_steps=idle_steps)
+                         eos=eos, idle_steps=idle_steps, sub_block_length=sub_block_length)
     else:
         check_invariants(out, events, calls, blocks=gen_length // block_length, block_length=block_length,
-                         shift=shift, mask=mask, idle_steps=idle_steps)
+                         shift=shift, mask=mask, idle_steps=idle_steps, sub_block_length=sub_block_length)
 
 
 def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"), gen_length: int = 12,
@@ -269,16 +277,18 @@ def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"),
 
 
 def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), prompts=((12, 40, 77, 3, 90, 15), (5, 9, 33)),
-                           gen_length: int = 16, block_length: int = 8) -> None:
+                           gen_length: int = 16, block_length: int = 8, sub_block_length: int | None = None) -> None:
     """Every invariant on a loaded checkpoint (`ripple.platform.runtime.loading.load_model`): each prompt
     alone with its trace checked, then the prompts as one batch (same tokens and NFE: also determinism);
-    where the family's cache is exact (block diffusion) prefix and dual decode the tokens none does."""
+    where the family's cache is exact (block diffusion) prefix and dual decode the tokens none does
+    (not dual with sub-blocks, whose sub-block forwards read the block's keys from an earlier forward)."""
     from .platform.runtime.engine import Engine, GenerationConfig
 
     bc = bool(getattr(lm.model, "block_causal", False))
     tokens = {}
     for cache in caches:
-        cfg = GenerationConfig(gen_length=gen_length, block_length=block_length, cache=cache)
+        cfg = GenerationConfig(gen_length=gen_length, block_length=block_length, cache=cache,
+                               sub_block_length=sub_block_length)
 
         def engine():
             model = CountedModel(lm.model)
@@ -293,16 +303,18 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
             try:
                 _check_sample(out, events, model.calls, len(p), gen_length=gen_length, block_length=block_length,
                               block_causal=bc, shift=int(eng.commits_at_opening(dec, cache)), mask=lm.mask_id,
-                              eos=lm.eos_ids, idle_steps=dec.idle_steps)
+                              eos=lm.eos_ids, idle_steps=dec.idle_steps, sub_block_length=sub_block_length)
             except AssertionError as exc:
                 raise AssertionError(f"cache {cache}, prompt {list(p)}: {exc}") from None
             singles.append(out)
         batch = engine()[0].generate([list(p) for p in prompts], make(), cfg)
         assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles], \
             f"cache {cache}: a batch decodes other tokens or forwards than single runs (or a run is not deterministic)"
-        tokens[cache] = [s.tokens for s in singles]
-    if bc and "none" in tokens:
-        assert all(t == tokens["none"] for t in tokens.values()), "block diffusion: a cache changed the tokens"
+        if not (cache == "dual" and sub_block_length is not None and sub_block_length < block_length):
+            # a decoder that decides a shifted block's first position itself does so only without a cache
+            tokens.setdefault(eng.commits_at_opening(dec, cache), {})[cache] = [s.tokens for s in singles]
+    for same in tokens.values() if bc else ():
+        assert len({tuple(t) for t in same.values()}) == 1, f"block diffusion: a cache changed the tokens ({same})"
 
 
 class CountedRenoisingModel:

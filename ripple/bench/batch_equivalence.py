@@ -152,7 +152,7 @@ def check(model: str = "ripple-tiny", caches: Sequence[str] = CACHES, batch_size
             task = task_objs.setdefault(cell.task, get_task(cell.task))
             examples = task.examples(cell.split, cell.limit)
             config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop,
-                                      block_align=cell.block_align)
+                                      block_align=cell.block_align, sub_block_length=cell.sub_block_length)
             params = {k: str(v) for k, v in cell.params}
             singles = [run_batch(engine, lm.tokenizer, task, [ex], build(cell.decoder, params), config,
                                  chat=cell.prompt_chat)[0] for ex in examples]

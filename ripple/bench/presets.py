@@ -5,6 +5,7 @@ that family's config reader (chosen by `model_type`), exactly as a downloaded ch
 would be: so the `llada-8b` preset has LLaDA-8B-Instruct's shapes (GSAI-ML/LLaDA-8B-Instruct
 config.json), `llada2-mini` LLaDA2.0-mini's (inclusionAI/LLaDA2.0-mini) and `sdar-8b`
 SDAR-8B-Chat's (JetAstra/SDAR training/model/SDAR-8B-Chat/config.json) without a download, and their timings are those of the real models' forwards on this engine.
+`fast-dllm-v2-7b` has Efficient-Large-Model/Fast_dLLM_v2_7B's shapes in two of its layers.
 `diffusion-gemma-26b` has google/diffusiongemma-26B-A4B-it's shapes in two layers (one of each
 attention kind), a uniform-noise family that the mask engine does not decode: its report
 (`canvas_report.py`) times the encoder and decoder passes and the peak memory. Weights
@@ -59,6 +60,18 @@ SDAR_8B: dict[str, Any] = {
     "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "attention_bias": False, "tie_word_embeddings": False,
     "max_position_embeddings": 32768, "block_size": 4, "mask_token_id": 151669, "eos_token_id": 151643,
     "pad_token_id": 151643,
+}
+
+
+# Efficient-Large-Model/Fast_dLLM_v2_7B's config.json (Qwen2.5-7B's shapes as block diffusion, bd_size 32;
+# ../shared/golden/README.md "fast-dllm-v2-tiny": the real values, keys the fast_dllm_v2 family reads). The
+# config names no mask id (its tokenizer adds |<MASK>| 151665); eos and pad are <|im_end|>
+FAST_DLLM_V2_7B: dict[str, Any] = {
+    "model_type": "Fast_dLLM_Qwen", "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-06, "tie_word_embeddings": False, "max_position_embeddings": 32768, "bd_size": 32,
+    "use_sliding_window": False, "rope_scaling": None, "bos_token_id": 151643, "eos_token_id": 151645,
+    "pad_token_id": 151645, "mask_token_id": 151665,
 }
 
 
@@ -131,6 +144,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            32, 64, 32, "LLaDA2 layout in miniature (2 layers, 16 experts): the MoE preset path in seconds on CPU"),
     Preset("tiny", _shrink(d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, mlp_hidden_size=192, vocab_size=512),
            16, 64, 32, "a few hundred thousand parameters: the preset report end to end in seconds on CPU (tests)"),
+    Preset("fast-dllm-v2-7b", {**FAST_DLLM_V2_7B, "num_hidden_layers": 2}, 64, 256, 32,
+           "Fast_dLLM_v2_7B's shapes (Qwen2.5-7B block diffusion, block 32) in two of its 28 layers (1.56 B "
+           "parameters, most of them the 152k-token embedding and head): forward times and memory"),
     Preset("diffusion-gemma-26b", with_layers(DIFFUSION_GEMMA_26B, ["sliding_attention", "full_attention"]),
            64, 256, 256, "DiffusionGemma-26B-A4B's shapes in two layers (one sliding, one full attention; 2.4 B "
            "parameters): encoder and decoder pass times and peak memory against the weights"),

@@ -48,6 +48,12 @@ the sample's own CPU generator (one multinomial over softmax(sample), then one u
 the whole canvas, every step; ripple/platform/runtime/renoising.py) and emits the argmax of the
 last step's `sample`. The decoder decides; the engine owns the randomness.
 
+Sub-blocks (the run setting `sub_block_length`, Fast-dLLM v2's small blocks): the engine decodes a
+block's sub-blocks left to right and shows a decoder only the current one (`BlockState.window`):
+`masked` and `decoded` cover it, and commits, edits and remasks outside it are protocol errors;
+`step` and `memory` still run over the whole block (a schedule fixed per sub-block keys it on
+`window`: DUS, PC-Sampler). Forwards still cover what the cache policy says.
+
 For shifted-logit families (Dream) the engine commits the block's first position at the
 block opening (ripple/platform/runtime/engine.py); such positions are marked in `BlockState.fixed`
 and are never remasked. A decoder that declares `decides_first_position` (ParallelBench's Dream
@@ -164,6 +170,10 @@ class BlockState:
         self.generator = generator
         self.step = 0
         self.memory: dict[str, Any] = {}  # decoder scratch, lives for this sample's block
+        # block offsets [lo, hi) of the current sub-block (`sub_block_length`): where a decoder commits,
+        # edits and remasks; the whole block by default. `masked` and `decoded` only cover it
+        self.window = (0, tokens.shape[0])
+        self._inside: torch.Tensor | None = None  # [L] bool of the window; None: the whole block
         # decoder scratch that lives for the whole sample, across its blocks
         self.sample_memory: dict[str, Any] = {} if sample_memory is None else sample_memory
         # [L] bool: positions the engine committed at the block opening (shifted families); never remasked
@@ -215,7 +225,31 @@ class BlockState:
 
     @property
     def masked(self) -> torch.Tensor:  # [L] bool
+        """Masked positions of the current sub-block (the block when it has none): the candidates."""
+        m = self.tokens == self.mask_id
+        return m if self._inside is None else m & self._inside
+
+    @property
+    def decoded(self) -> torch.Tensor:  # [L] bool
+        """Positions of the current sub-block that hold a token and are not fixed: what a decoder may
+        edit or remask."""
+        d = (self.tokens != self.mask_id) & ~self.fixed
+        return d if self._inside is None else d & self._inside
+
+    @property
+    def block_masked(self) -> torch.Tensor:  # [L] bool
+        """Masked positions of the whole block, the sub-blocks after the current one included."""
         return self.tokens == self.mask_id
+
+    def enter_sub_block(self, lo: int, hi: int) -> None:
+        """Move the window to block offsets [lo, hi) (the engine, sub-blocks left to right)."""
+        L = self.tokens.shape[0]
+        self.window = (lo, hi)
+        if (lo, hi) == (0, L):
+            self._inside = None
+        else:
+            self._inside = torch.zeros(L, dtype=torch.bool, device=self.tokens.device)
+            self._inside[lo:hi] = True
 
 
 class Scheduler(ABC):

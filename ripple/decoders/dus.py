@@ -59,19 +59,22 @@ class DUS(Scheduler):
     defers_masks = True
 
     def step(self, state: BlockState) -> Plan:
-        if "levels" not in state.memory:  # the block's schedule, fixed at its opening; a level with no
-            # masked position (a block aligned to 0 holding the prompt's tail) gets no forward
+        memo = state.memory
+        if memo.get("window") != state.window:  # the block's schedule (each sub-block's), fixed at its
+            # start; a level with no masked position (a block aligned to 0 holding the prompt's tail) gets no forward
             dev = state.tokens.device
             levels = [torch.tensor(lv, device=dev) for lv in dilated_levels(state.tokens.shape[0], self.params.base)]
-            state.memory["levels"] = [lv[state.masked[lv]] for lv in levels if bool(state.masked[lv].any())]
-        levels = state.memory["levels"]
-        at = levels[state.step]  # positions of this level, all still masked
+            memo.update(window=state.window, level=0,
+                        levels=[lv[state.masked[lv]] for lv in levels if bool(state.masked[lv].any())])
+        levels, level = memo["levels"], memo["level"]
+        memo["level"] += 1
+        at = levels[level]  # positions of this level, all still masked
         x0 = state.logits[at].argmax(dim=-1)  # [k]
         keep = x0 != state.mask_id
-        if state.step < len(levels) - 1:
+        if level < len(levels) - 1:
             p = state.probs[at].gather(-1, x0[:, None]).squeeze(-1)  # [k] float64
             keep &= p >= self.params.remask_tau
         taken_back = [[state.response_offset + o, t] for o, t, k in zip(at.tolist(), x0.tolist(), keep.tolist())
                       if not k]  # [response position, token written and taken back], as the reference logs them
-        last = state.step == len(levels) - 1  # what is still masked then stays so until the engine's fill
-        return Plan(Commit(at[keep], x0[keep]), info={"level": state.step, "taken_back": taken_back}, defer=last)
+        last = level == len(levels) - 1  # what is still masked then stays so until the engine's fill
+        return Plan(Commit(at[keep], x0[keep]), info={"level": level, "taken_back": taken_back}, defer=last)

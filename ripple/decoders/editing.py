@@ -31,7 +31,7 @@ def edit_rule(state: BlockState, edit_tau: float) -> Commit:
     step's commits read, before those are written, so a position committed in this step is not
     edited in it."""
     tokens, p = top1(state)  # [L], [L] float64
-    hit = ~state.masked & ~state.fixed & (tokens != state.tokens) & (p > edit_tau)  # [L]
+    hit = state.decoded & (tokens != state.tokens) & (p > edit_tau)  # [L]
     pos = hit.nonzero().squeeze(-1)
     return Commit(pos, tokens[pos])
 

@@ -128,13 +128,15 @@ class PCSampler(Scheduler):
 
     def step(self, state: BlockState) -> Plan:
         L = state.tokens.shape[0]
-        if "quota" not in state.memory:  # the block's schedule, fixed at its opening: commits per step
+        memo = state.memory
+        if memo.get("window") != state.window:  # the block's schedule (each sub-block's), fixed at its start
             per_block = self.params.steps // state.n_blocks if self.params.steps else L
             masks = int(state.masked.sum())
-            state.memory["quota"] = [masks // per_block + (1 if i < masks % per_block else 0)
-                                     for i in range(per_block)]
-        quota = state.memory["quota"]
-        k = quota[state.step] if state.step < len(quota) else 1
+            memo.update(window=state.window, i=0, quota=[masks // per_block + (1 if i < masks % per_block else 0)
+                                                         for i in range(per_block)])
+        quota, i = memo["quota"], memo["i"]
+        memo["i"] += 1
+        k = quota[i] if i < len(quota) else 1
         logits = state.logits
         f = self._prior.to(logits.device)  # [V] float32
         x0 = logits.argmax(dim=-1)  # [L]

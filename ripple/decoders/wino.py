@@ -63,7 +63,7 @@ class Wino(Scheduler):
         probs = state.shadow_probs  # [L, V], the block as it stands now; None at the block's start
         if probs is None:
             return no_positions(), {}
-        decoded = ~state.masked & ~state.fixed
+        decoded = state.decoded
         verify = probs.gather(-1, state.tokens[:, None]).squeeze(-1)  # [L]
         failed = (decoded & (verify < self.params.tau2)).nonzero().squeeze(-1)  # ascending position
         limit = state.memory["last_draft"] - 1 if n_draft > 1 else 0

@@ -35,8 +35,8 @@ from .spaces import DEFAULT_POINTS, SEARCHES, SearchSpace, derive_space
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TOP_KEYS = ("experiment", "description", "model", "tasks", "limit", "decoder", "space", "search", "num_samples",
             "metric", "mode", "weights", "grid_points", "baseline", "gen_length", "block_length", "cache", "seed",
-            "dtype", "chat", "split", "stop_at_eos", "eos_early_stop", "block_align", "data_dir", "workers",
-            "concurrent_trials", "batch_size")
+            "dtype", "chat", "split", "stop_at_eos", "eos_early_stop", "block_align", "sub_block_length", "data_dir",
+            "workers", "concurrent_trials", "batch_size")
 METRICS = ("accuracy", "mean_nfe", "tps", "canvas_tps", "speedup", "throughput", "score")
 DEFAULT_MODE = {"accuracy": "max", "mean_nfe": "min", "tps": "max", "canvas_tps": "max", "speedup": "max",
                 "throughput": "max", "score": "max"}
@@ -235,6 +235,7 @@ class _SweepParser(SpecParser):
             stop_at_eos=self.flag(raw.get("stop_at_eos", False), "stop_at_eos"),
             eos_early_stop=self.flag(raw.get("eos_early_stop", False), "eos_early_stop"), data_dir=data_dir,
             block_align=self.block_align(raw.get("block_align", "response")),
+            sub_block_length=self.sub_block_length(raw.get("sub_block_length"), block),
             workers=self.workers(raw.get("workers", {})), concurrent_trials=concurrent, description=description,
             batch_size=batch_size)
 

@@ -3,7 +3,7 @@ from ripple.bench.cli import main
 
 
 def test_bad_bench_input_is_one_line_exit_2(capsys):
-    for argv, message in ((["--preset", "huge"], "unknown preset 'huge'; accepted: llada-8b, cpu, llada2-mini, sdar-8b, llada2.1-mini, tiny-moe, tiny, "
+    for argv, message in ((["--preset", "huge"], "unknown preset 'huge'; accepted: llada-8b, cpu, llada2-mini, sdar-8b, llada2.1-mini, tiny-moe, tiny, fast-dllm-v2-7b, "
                                           "diffusion-gemma-26b"),
                           (["--batch-equivalence", "--batch-size", "0"], "--batch-size must be a positive number"),
                           (["--batch-equivalence", "--decoders", "rsp"], "unknown decoder 'rsp'"),

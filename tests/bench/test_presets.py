@@ -77,3 +77,22 @@ def test_the_diffusion_gemma_preset_has_the_real_shapes_in_two_layers():
     two = DIFFUSION_GEMMA.to_config(p.config)
     assert [s.sliding for s in two.layers] == [True, False] and two.layers == (full.layers[0], full.layers[5])
     assert (p.prompt_tokens, p.block_length) == (64, full.canvas_length)
+
+
+def test_the_fast_dllm_v2_preset_has_the_real_shapes_in_two_layers():
+    """Fast_dLLM_v2_7B's values (../shared/golden/README.md "fast-dllm-v2-tiny"): the full config builds
+    Qwen2.5-7B's 7.6 B parameters; the preset keeps two of its 28 layers."""
+    import torch
+
+    from ripple.bench.presets import FAST_DLLM_V2_7B
+    from ripple.platform.runtime.models.fast_dllm_v2 import FAST_DLLM_V2
+
+    full = FAST_DLLM_V2.to_config(FAST_DLLM_V2_7B)
+    assert (full.d_model, full.n_layers, full.n_heads, full.n_kv_heads, full.head_dim, full.mlp_hidden,
+            full.vocab_size, full.rope_theta) == (3584, 28, 28, 4, 128, 18944, 152064, 1e6)
+    with torch.device("meta"):
+        total = sum(p.numel() for p in FAST_DLLM_V2.build(full).parameters())
+        two = FAST_DLLM_V2.build(FAST_DLLM_V2.to_config(PRESETS["fast-dllm-v2-7b"].config))
+    assert 7.5e9 < total < 7.7e9 and two.cfg.n_layers == 2 and two.block_causal and two.shift == 1
+    assert 1.5e9 < sum(p.numel() for p in two.parameters()) < 1.6e9
+    assert PRESETS["fast-dllm-v2-7b"].block_length == FAST_DLLM_V2_7B["bd_size"] == 32

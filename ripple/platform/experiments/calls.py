@@ -118,7 +118,8 @@ def default_lengths(model: str | os.PathLike | LoadedModel, gen_length: int | No
 
 def decode_config(model: str | os.PathLike | LoadedModel, decoder: Scheduler, *, gen_length: int | None = None,
                   block_length: int | None = None, cache: str | None = None, stop_at_eos: bool = False,
-                  eos_early_stop: bool = False, block_align: str = "response") -> GenerationConfig:
+                  eos_early_stop: bool = False, block_align: str = "response",
+                  sub_block_length: int | None = None) -> GenerationConfig:
     """The run's GenerationConfig, checked (before any weights load): lengths default as
     `default_lengths` says, the cache to the decoder's own."""
     from ..runtime.engine import GenerationConfig
@@ -130,7 +131,7 @@ def decode_config(model: str | os.PathLike | LoadedModel, decoder: Scheduler, *,
             raise RippleError(f"{name} must be a positive integer, got {value!r}")
     cache = cache or decoder.default_cache
     config = GenerationConfig(gen, block, cache, bool(stop_at_eos), bool(eos_early_stop),
-                              block_aligned(_config_source(model), gen, block), block_align)
+                              block_aligned(_config_source(model), gen, block), block_align, sub_block_length)
     if config.cache not in decoder.supported_caches:
         raise RippleError(f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                           f"supported: {', '.join(decoder.supported_caches)}")
@@ -221,7 +222,7 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] = "rps",
              block_length: int | None = None, cache: str | None = None, seed: int | None = None,
              chat: bool | str = False, trace: bool = False, dtype: str = "auto", device: str = "auto",
              stop_at_eos: bool = False, eos_early_stop: bool = False, block_align: str = "response",
-             **settings: Any) -> Generation | list[Generation]:
+             sub_block_length: int | None = None, **settings: Any) -> Generation | list[Generation]:
     """Decode one prompt (a text or token ids; a `Generation`) or a list of them (one engine call, a
     list: the same tokens as one call each). `settings` are the decoder's hyperparameters."""
     items, alone = _as_prompts(prompts)
@@ -231,7 +232,8 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] = "rps",
     from .evaluate import completion_text
 
     config = decode_config(model, dec, gen_length=gen_length, block_length=block_length, cache=cache,
-                           stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align)
+                           stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align,
+                           sub_block_length=sub_block_length)
     seed = 0 if seed is None else seed
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise RippleError(f"seed must be an integer, got {seed!r}")
@@ -320,7 +322,7 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] = "rps
              data_dir: str | None = None, chat: bool | str = False, seed: int | None = None,
              gen_length: int | None = None, block_length: int | None = None, cache: str | None = None,
              dtype: str = "auto", device: str = "auto", stop_at_eos: bool = False, eos_early_stop: bool = False,
-             block_align: str = "response", progress: bool = False,
+             block_align: str = "response", sub_block_length: int | None = None, progress: bool = False,
              on_sample: Callable[[SampleResult], None] | None = None, **settings: Any) -> Evaluation:
     """Decode and score the first `limit` test examples of `task`, one at a time (each example's seed
     derives from `seed` and its id, as in grids). `settings` are the decoder's hyperparameters."""
@@ -334,7 +336,8 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] = "rps
         block_length = gen_length or own
     gen_length = gen_length or own
     config = decode_config(model, dec, gen_length=gen_length, block_length=block_length, cache=cache,
-                           stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align)
+                           stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align,
+                           sub_block_length=sub_block_length)
     check_limit(limit)
     form = chat_form(chat) or False
     the_task = get_task(task, data_dir=data_dir)

@@ -49,7 +49,7 @@ from .evaluate import sample_seed
 MODEL_NAME = "ripple"
 # model_args besides the decoder's hyperparameters (the harness adds batch_size, max_batch_size, device)
 MODEL_ARGS = ("pretrained", "decoder", "gen_length", "block_length", "cache", "dtype", "device", "batch_size",
-              "stop_at_eos", "eos_early_stop", "block_align", "mc_num", "mc_batch", "seed")
+              "stop_at_eos", "eos_early_stop", "block_align", "sub_block_length", "mc_num", "mc_batch", "seed")
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def check_model_args(pretrained: str = "ripple-tiny", decoder: str = "default", 
                      block_length: int = 32, cache: str = "none", dtype: str = "auto", device: str | None = None,
                      batch_size: int | str = 1, max_batch_size: int | None = None, stop_at_eos: bool = False,
                      eos_early_stop: bool = False, mc_num: int = 128, mc_batch: int = 32, seed: int = 1234,
-                     block_align: str = "response", **params: Any) -> ModelArgs:
+                     block_align: str = "response", sub_block_length: int | None = None, **params: Any) -> ModelArgs:
     """Every model_arg checked without loading weights (`ripple lm-eval` runs this before the harness
     indexes its tasks, so a typo costs nothing), by the Python API's own checks (calls.py); a problem
     is one RippleError line."""
@@ -110,7 +110,9 @@ def check_model_args(pretrained: str = "ripple-tiny", decoder: str = "default", 
     config = decode_config(str(pretrained), built, gen_length=_positive_int("gen_length", gen_length),
                            block_length=_positive_int("block_length", block_length), cache=str(cache),
                            stop_at_eos=_flag("stop_at_eos", stop_at_eos),
-                           eos_early_stop=_flag("eos_early_stop", eos_early_stop), block_align=str(block_align))
+                           eos_early_stop=_flag("eos_early_stop", eos_early_stop), block_align=str(block_align),
+                           sub_block_length=None if sub_block_length is None else _positive_int(
+                               "sub_block_length", sub_block_length))
     if _positive_int("mc_num", mc_num) % _positive_int("mc_batch", mc_batch):
         raise RippleError(f"model_args mc_num ({mc_num}) must be a multiple of mc_batch ({mc_batch})")
     if isinstance(seed, bool) or not isinstance(seed, int):

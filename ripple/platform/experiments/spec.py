@@ -40,8 +40,8 @@ from .store import ADDED_COLUMNS, ADDED_SETTINGS, DecodeSettings, check_name, du
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
-            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align", "data_dir",
-            "workers", "batch_size")
+            "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align",
+            "sub_block_length", "data_dir", "workers", "batch_size")
 DECODER_KEYS = ("name", "params", "task_params", "models")
 TASK_KEYS = ("limit", "gen_lengths", "block_lengths")  # plus the task's own options (`Task.options`)
 # a task's own lengths replace the spec's for its cells (ParallelBench: 32-token waiting lines, 64-token
@@ -233,6 +233,9 @@ class GridSpec:
             lines.append(f"  {title}: {', '.join(map(str, values))}")
             if attr == "label":
                 lines += self._per_task()
+        subs = dict.fromkeys(c.sub_block_length for c in self.cells if c.sub_block_length is not None)
+        if subs:
+            lines.append(f"  sub_block_lengths: {', '.join(map(str, subs))}")
         limits = sorted({"all" if c.limit is None else str(c.limit) for c in self.cells})
         lines.append(f"  samples per cell: {', '.join(limits)}")
         options = dict.fromkeys(f"{c.task} {c.task_options}" for c in self.cells if c.task_options != "{}")
@@ -419,6 +422,7 @@ class SpecParser:
         stop = self.flag(raw.get("stop_at_eos", False), "stop_at_eos")
         early = self.flag(raw.get("eos_early_stop", False), "eos_early_stop")
         align = self.block_align(raw.get("block_align", "response"))
+        sub = self.sub_block_length(raw.get("sub_block_length"), blocks)
         data_dir = raw.get("data_dir")
         if data_dir is not None and not isinstance(data_dir, str):
             raise self.fail(f"'data_dir' takes a directory path, got {data_dir!r}")
@@ -433,7 +437,7 @@ class SpecParser:
             Cell(model=model, task=task, decoder=label(cls), params=params, limit=limit, gen_length=gen,
                  block_length=block, cache=cache, seed=seed, dtype=dtype, chat=chat, chat_form=chat_form, split=split,
                  stop_at_eos=stop, eos_early_stop=early, task_options=options, block_align=align,
-                 local=None if is_registered(cls) else cls)
+                 sub_block_length=sub, local=None if is_registered(cls) else cls)
             for model, (task, limit, options), (cls, per_task, only) in itertools.product(models, tasks, decoders)
             if only is None or model in only
             for params, gen, block, cache, seed in itertools.product(per_task[task], *lengths.get(task, (gens, blocks)),
@@ -619,6 +623,22 @@ class SpecParser:
                 GenerationConfig(gen, block, block_align=align)
             except RippleError as exc:
                 raise self.fail(str(exc)) from None
+
+    def sub_block_length(self, value: Any, blocks: list[int]) -> int | None:
+        """None (the block length), or a positive length that divides every block length."""
+        from ..runtime.engine import check_sub_block
+
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"'sub_block_length' takes a positive integer that divides the block lengths, "
+                            f"got {value!r}")
+        for block in blocks:
+            try:
+                check_sub_block(value, block)
+            except RippleError as exc:
+                raise self.fail(str(exc)) from None
+        return value
 
     def block_align(self, value: Any) -> str:
         from ..runtime.engine import BLOCK_ALIGNS

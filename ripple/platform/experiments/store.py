@@ -84,6 +84,13 @@ class DecodeSettings:
     # where blocks start (engine.BLOCK_ALIGNS): `response` is what every record before the key meant
     # (left out of ids); `absolute` aligns a full-attention family's blocks to position 0 as dInfer does
     block_align: str = "response"
+    # sub-blocks (engine.GenerationConfig.sub_block_length): None = the block length, what every record
+    # before the key meant (left out of ids); a length that divides the block decodes it in sub-blocks
+    sub_block_length: int | None = None
+
+    def __post_init__(self):
+        if self.sub_block_length is not None and self.sub_block_length == self.block_length:
+            object.__setattr__(self, "sub_block_length", None)  # one sub-block per block: no sub-blocks, same cell
 
     def decode_settings(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(DecodeSettings)}
@@ -163,7 +170,8 @@ KEY = ["cell_id", "sample_id"]
 ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_seconds": None, "weights": None,
                                  "eos_early_stop": False, "chat_form": "singleturn",
                                  "task_options": "{}", "block_align": "response", "plugins": None,
-                                 "encoder_nfe": None, "sample_seed": None, "floor_nfe": None, "score_strict": None}
+                                 "encoder_nfe": None, "sample_seed": None, "floor_nfe": None, "score_strict": None,
+                                 "sub_block_length": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 

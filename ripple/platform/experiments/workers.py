@@ -157,7 +157,7 @@ class SampleWorker:
                 raise RippleError(f"worker holds model {self.lm.name!r}, sample needs {cell.model!r}")
             decoder = cell.make_decoder()
             config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop,
-                                      block_align=cell.block_align)
+                                      block_align=cell.block_align, sub_block_length=cell.sub_block_length)
             with self._decode:
                 task = self._task(cell.task, cell.task_options)
                 torch.manual_seed(cell.seed)

@@ -51,6 +51,23 @@ response, whatever `stop_at_eos` says. `eos_early_stop` (any family) also ends a
 after a decision that committed an EOS when no mask lies between the response start and the
 first EOS (LLaDA2's `eos_early_stop`: same tokens up to that EOS, fewer forwards).
 
+A block-diffusion family may also shift its logits (Fast-dLLM v2: the row at position i predicts
+i + 1 inside a block too): its block opening then reads the previous block's last row, which the
+opening recomputes after that block's last commit, and commits the block's first position with it
+(the reference's block-closing forward, or its prefill when the prompt ends on a block boundary); a
+block that starts with the prompt's tail has nothing to open. A family that `eos_stops_mid_block`
+ends a row under `stop_at_eos` as soon as its response holds an EOS with no mask before it, checked
+after every decision (the opening commit included).
+
+Sub-blocks (`GenerationConfig.sub_block_length`, shorter than the block): a row's decisions stay in
+the current sub-block (`BlockState.window`), which moves left to right to the next one holding a
+mask once it has none (or its decoder deferred it); forwards still cover the cache policy's window.
+Under `dual` a forward recomputes only the sub-block [sb0, sb1) once its first position is decoded
+(a shifted family reads that position's prediction from the row before the sub-block) and the
+row's block keys come from a forward over the whole block that its decisions read: the rest of the
+block's keys are then those of the last such forward, stale where later commits changed the block,
+as Fast-dLLM v2's block cache is; every forward over the whole block refreshes them.
+
 Uniform-noise families (DiffusionGemma: the model declares `noise = "uniform"`) have no masks and
 no block loop of this kind: `generate` refuses a decoder whose declared `noise` differs from the
 model's, in one line naming what the model needs, and hands a uniform-noise model to the renoising
@@ -68,7 +85,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
+from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Plan, RunShape, Scheduler, greedy
 from ...errors import RippleError
 from .models.transformer import KVCache
 from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
@@ -95,6 +112,9 @@ class GenerationConfig:
     # position 0 as dInfer runs LLaDA: the first block holds the prompt's tail, the last is shorter).
     # Block-diffusion families are always aligned to 0.
     block_align: str = "response"
+    # sub-blocks (Fast-dLLM v2's small blocks): decoders commit inside the current sub-block of this
+    # length, left to right; None: the block length (no sub-blocks)
+    sub_block_length: int | None = None
 
     def __post_init__(self):
         if self.block_align not in BLOCK_ALIGNS:
@@ -107,6 +127,23 @@ class GenerationConfig:
             raise _indivisible(self.gen_length, self.block_length)
         if self.cache not in CACHE_POLICIES:
             raise RippleError(f"unknown cache policy {self.cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
+        check_sub_block(self.sub_block_length, self.block_length)
+
+    @property
+    def sub_block(self) -> int:
+        """The sub-block length in effect (the block length when none is set)."""
+        return self.block_length if self.sub_block_length is None else self.sub_block_length
+
+
+def check_sub_block(sub_block_length: int | None, block_length: int) -> None:
+    """A sub-block length must divide the block length (so the block is whole sub-blocks), from 1 to it."""
+    if sub_block_length is None:
+        return
+    whole = isinstance(sub_block_length, int) and not isinstance(sub_block_length, bool)
+    if not whole or not 1 <= sub_block_length <= block_length or block_length % sub_block_length:
+        divisors = [d for d in range(1, block_length + 1) if block_length % d == 0]
+        raise RippleError(f"sub_block_length {sub_block_length!r} does not divide block_length {block_length}; "
+                          f"accepted: {', '.join(map(str, divisors))}")
 
 
 def _check_plan(dec: Scheduler, plan) -> None:
@@ -169,6 +206,7 @@ class Engine:
             raise RippleError(f"logit shift {self.shift} needs a model family with opening_commit; supported shifts: 0, 1")
         self.block_causal = bool(getattr(model, "block_causal", False))  # block diffusion (module docstring)
         self.stops_at_eos = bool(getattr(model, "stops_at_eos", False))
+        self.eos_stops_mid_block = bool(getattr(model, "eos_stops_mid_block", False))
         if mask_id is None and self.noise == "mask":
             raise RippleError(f"{self.family} is a mask-noise family but no mask id was given")
         self.mask_id = -1 if mask_id is None else int(mask_id)  # -1: a uniform-noise family has none
@@ -402,6 +440,13 @@ class _Run:
         self.back = engine.shift - self.head
         self._finished = None  # block diffusion: (KV cache of the last opening, its rows' batch indices)
         self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
+        # a family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule)
+        self.stop_mid = cfg.stop_at_eos and engine.eos_stops_mid_block
+        # `dual` with sub-blocks: forwards recompute only the current sub-block once its first position
+        # is decoded, the rest of the block's keys coming from the last whole-block forward (the module
+        # docstring); `snap[r]`: row r's block keys come from a forward its decisions read
+        self.sub_dual = cfg.cache == "dual" and cfg.sub_block < cfg.block_length
+        self.snap: dict[int, bool] = {}
 
     # one forward of `kind` over `rows` of the batch, counted for those rows
     def _count(self, rows: list[int], lookahead: bool = False) -> None:
@@ -456,12 +501,45 @@ class _Run:
 
     def _early_stop(self, r: int, commit: Commit, be: int) -> None:
         """`eos_early_stop`: after a decision that committed an EOS, end the row if no mask lies
-        between its response start and the first EOS (the rest of the block is never decoded)."""
-        if not len(commit) or not any(int(t) in self.e.eos_ids for t in commit.tokens.tolist()):
+        between its response start and the first EOS (the rest of the block is never decoded). A
+        family that `eos_stops_mid_block` under `stop_at_eos` checks after every decision (its EOS may
+        have been committed before the masks ahead of it were filled)."""
+        if self.stopped[r]:
+            return
+        if not self.stop_mid and (not len(commit) or not any(int(t) in self.e.eos_ids for t in commit.tokens.tolist())):
             return
         first = self._first_eos(r, be)
         if first is not None and not bool((self.canvas[r, self.starts[r]:first] == self.e.mask_id).any()):
             self._stop(r, first + 1)
+
+    def _stops_early(self) -> bool:
+        """Whether decisions may end a row at an EOS mid-block (never while tokens may be rewritten)."""
+        return (self.cfg.eos_early_stop or self.stop_mid) and not (self.editing and self.decoder.may_edit)
+
+    def _sub_window(self, r: int, st: BlockState, plan: Plan | None, w: tuple[int, int] | None) -> tuple[int, int]:
+        """The sub-block `w` when row r's next forward may recompute it alone (`dual` with sub-blocks, a
+        plain forward, block keys from a forward the row's decisions read, the sub-block's first position
+        decoded: a shifted family reads its prediction from the row before it), else (0, 0): the block."""
+        plain = not self.decoder.needs_rows_beyond_block and (
+            plan is None or (plan.variants is None and not plan.shadow and plan.extent is None))
+        if not (self.sub_dual and plain and w is not None and self.snap.get(r)) or bool(st.block_masked[w[0]]):
+            return 0, 0
+        return w
+
+    def _window(self, st: BlockState, leave: bool = False) -> tuple[int, int] | None:
+        """The sub-block row `st` decides in next: the current one while it holds masks (`leave`: the
+        decoder deferred it), else the next one that does; None when the block holds none."""
+        L, S = st.tokens.shape[0], self.cfg.sub_block
+        m = st.block_masked
+        for a in range(st.window[1] if leave else st.window[0], L, S):
+            if bool(m[a:a + S].any()):
+                return a, a + S
+        return None
+
+    def _enter(self, st: BlockState, w: tuple[int, int] | None) -> None:
+        """Move row `st` to sub-block `w`."""
+        if w is not None and w != st.window:
+            st.enter_sub_block(*w)
 
     def _rows(self, rows: list[int]):
         """Selector of `rows` from a batch tensor (no copy when every row takes part)."""
@@ -490,7 +568,9 @@ class _Run:
         # finished, and this one are computed fresh. Otherwise the canvas up to the extent is.
         prev = self._finished if cached and e.block_causal and blk > 0 else None
         o0 = bs - L if prev is not None else 0
-        want = torch.cat([ar(L) + bs - s - o0] + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
+        # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before)
+        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0)]
+                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
         past = None
         if prev is not None:
             past_kv, past_rows = prev
@@ -507,7 +587,10 @@ class _Run:
             st = self._state(r, blk, logits[i, :L])
             # a row's last block has no next block (in a batch its columns belong to longer rows)
             st.beyond = logits[i, L:] if nxt and blk + 1 < self.n_blocks[r] else None
+            self._enter(st, self._window(st))
             states[r] = st
+            # the opening computed the block as the first decision reads it unless it commits at the opening
+            self.snap[r] = not (self.opening and bool(st.block_masked[0]))
         win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext, causal)
         if self.opening:
             self._open(rows, states, kv, win, blk)
@@ -515,35 +598,41 @@ class _Run:
         post = dict.fromkeys(rows, 0)  # post forwards run in this block (token editing)
         # a row steps while its block holds masks; an editing row also steps on a full block whose
         # distributions are fresh (a post forward's, or a lookahead's that filled the block)
-        live = [r for r in rows if bool(states[r].masked.any())]
+        live = [r for r in rows if bool(states[r].block_masked.any())]
         while live:
-            groups: dict[tuple[bool, bool, int], list[int]] = {}  # (variants, shadow, extent or -1) -> rows
+            # (variants, shadow, extent or -1, sub-block window of a `dual` forward or (0, 0)) -> rows
+            groups: dict[tuple[bool, bool, int, tuple[int, int]], list[int]] = {}
             plans, stepping = {}, []
             for r in live:
                 st = states[r]
-                if not self.editing and not bool(st.masked.any()):
+                if not self.editing and not bool(st.block_masked.any()):
                     continue  # a lookahead's commit completed the block
+                self._enter(st, self._window(st))
                 if st.step >= max_steps:
                     raise RuntimeError(f"decoder {dec.name!r} made no progress in block {blk} after {max_steps} steps")
                 if self.observe is not None:
                     self.observe(r, (blk, st.step, "step"),
                                  {k: v for k, v in (("logits", st.logits), ("beyond", st.beyond),
                                                     ("shadow", st.shadow)) if v is not None})
-                filling = bool(st.masked.any())
+                filling = bool(st.block_masked.any())
                 plan = dec.step(st)
                 _check_plan(dec, plan)
                 edited = self._apply(r, st, plan.commit, plan.remask, plan.edit)
-                if cfg.eos_early_stop and not (self.editing and dec.may_edit):
+                if self._stops_early():
                     self._early_stop(r, plan.commit, be)
                 plans[r] = plan
-                kind = (plan.variants is not None, plan.shadow, -1 if plan.extent is None else plan.extent)
-                if plan.defer and bool(st.masked.any()):  # the block ends with masks: filled after the last block
+                deferring = plan.defer and bool(st.masked.any())
+                if deferring and blk not in self.deferred[r]:  # masks left in the block: filled after the last block
                     self.deferred[r].append(blk)
-                go_on = (bool(st.masked.any()) and not plan.defer) or (
-                    self.editing and self._post_forward(r, post, filling, edited))
+                w = self._window(st, leave=deferring)  # a deferred sub-block is left with its masks
+                go_on = w is not None or (self.editing and self._post_forward(r, post, filling, edited))
+                kind = (plan.variants is not None, plan.shadow, -1 if plan.extent is None else plan.extent,
+                        self._sub_window(r, st, plan, w))
                 self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if go_on else None,
                            remask=plan.remask, edited=edited, phase="step" if filling else "post")
                 st.step += 1
+                if deferring:
+                    self._enter(st, w)
                 if go_on:  # no forward once the block is complete
                     groups.setdefault(kind, []).append(r)
                     stepping.append(r)
@@ -604,26 +693,38 @@ class _Run:
         group = []
         for r in rows:
             st = states[r]
+            if not bool(st.block_masked[0]):  # the block starts with the prompt's tail: nothing to open
+                continue
             if self.observe is not None:
                 self.observe(r, (blk, st.step, "open"), {"logits": st.logits})
             tokens, _ = greedy(st)  # [L], never the mask id
             commit = Commit(torch.zeros(1, dtype=torch.long), tokens[:1])
             self._apply(r, st, commit, None, None)
             st.fixed[0] = True
-            still = bool(st.masked.any())
+            if self._stops_early():
+                self._early_stop(r, commit, win.hi)
+            still = bool(st.block_masked.any())
             self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
             if still:
                 group.append(r)
         if group:
-            self._forward(group, (False, False, -1), states, {}, kv, rows, win, blk)
+            self._forward(group, (False, False, -1, (0, 0)), states, {}, kv, rows, win, blk)
 
-    def _forward(self, group: list[int], kind: tuple[bool, bool], states, plans, kv, rows, win: _Window, blk: int):
+    def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv, rows,
+                 win: _Window, blk: int):
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
         e, L, s = self.e, self.cfg.block_length, self.head  # s: block positions committed at the opening
-        looks, shadow, cut = kind
+        looks, shadow, cut, sub = kind
         pick = self._rows(group)
+        master, at = kv, torch.tensor([win.row_pos[r] for r in group], device=e.device)
         if kv is not None and len(group) != len(rows):
-            kv = kv.select(torch.tensor([win.row_pos[r] for r in group], device=e.device))
+            kv = kv.select(at)
+        if sub != (0, 0):
+            return self._forward_sub(group, sub, states, kv, win)
+        # `dual` with sub-blocks: a forward over the whole block refreshes the block's cached keys
+        refresh = self.sub_dual and kv is not None and cut < 0
+        for r in group:
+            self.snap[r] = refresh
         if cut >= 0:  # a shortened canvas (`Plan.extent`): columns [0, lo + cut); nothing after it exists
             end = min(win.extent, win.lo + cut)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
@@ -657,7 +758,13 @@ class _Run:
                 beyond = (win.hi, win.hi + L)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
                                win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow, beyond=beyond,
-                               extent=win.extent, block=win.causal)  # [G, n * (1 + m + shadow) + L * next, V]
+                               extent=win.extent, block=win.causal,
+                               return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
+        if refresh:
+            out, fresh = out
+            for lk, fk in ((master.keys, fresh.keys), (master.values, fresh.values)):
+                for old, new in zip(lk, fk):
+                    old[at, :, win.lo:win.hi] = new[:, :, win.lo:win.hi]
         self._count(group, lookahead=looks)
         for i, r in enumerate(group):
             st, plan, o = states[r], plans.get(r), out[i]
@@ -679,8 +786,25 @@ class _Run:
             self._apply(r, st, res.commit, None, None)
             st.logits = res.logits
             self._emit(r, blk, st, res.commit, res.info, None, phase="resolve")
-            if self.cfg.eos_early_stop and not (self.editing and self.decoder.may_edit):
+            if self._stops_early():
                 self._early_stop(r, res.commit, win.hi)
+
+    def _forward_sub(self, group: list[int], sub: tuple[int, int], states, kv: KVCache, win: _Window) -> None:
+        """`dual` with sub-blocks: recompute block offsets [a, b) alone against the cached keys of the
+        canvas and of the rest of the block (from the last whole-block forward, so stale where later
+        commits changed the block, as Fast-dLLM v2's block cache is); the rows it predicts (positions
+        a + shift .. b - 1) replace theirs, the others keep theirs."""
+        e, s = self.e, self.head  # under `dual` every opening commits: the block's first `head` rows are kept
+        a, b = sub
+        pick = self._rows(group)
+        out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.lo + a, win.lo + b,
+                               win.lo, win.hi, None, torch.arange(b - a - s, device=e.device), extent=win.extent,
+                               block=win.causal)  # [G, b - a - s, V]
+        self._count(group)
+        for i, r in enumerate(group):
+            st = states[r]
+            st.logits = torch.cat((st.logits[:a + s], out[i], st.logits[b:]))  # [L, V]
+            st.shadow = None
 
     def _apply(self, r: int, st: BlockState, commit: Commit, remask, edit: Commit | None) -> list[list[int]]:
         """Write a decoder's commits and edits together (then remasks) into the canvas, checking the
@@ -693,7 +817,9 @@ class _Run:
             new = edit.tokens.to(st.tokens.device)
             if bool(((at < 0) | (at >= L)).any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} edited outside the current block")
-            if bool(st.masked[at].any()):
+            if bool(((at < st.window[0]) | (at >= st.window[1])).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} edited outside the current sub-block")
+            if bool(st.block_masked[at].any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} edited a masked position (that is a commit)")
             if bool(st.fixed[at].any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} edited a fixed position (prompt or block opening)")
@@ -707,6 +833,8 @@ class _Run:
             tok = commit.tokens.to(st.tokens.device)
             if bool(((pos < 0) | (pos >= L)).any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} committed outside the current block")
+            if bool(((pos < st.window[0]) | (pos >= st.window[1])).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} committed outside the current sub-block")
             if not bool(st.masked[pos].all()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} committed an already decoded position")
             if bool((tok == e.mask_id).any()):
@@ -715,7 +843,9 @@ class _Run:
             back = remask.to(st.tokens.device)
             if bool(((back < 0) | (back >= L)).any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current block")
-            if bool(st.masked[back].any()):
+            if bool(((back < st.window[0]) | (back >= st.window[1])).any()):
+                raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current sub-block")
+            if bool(st.block_masked[back].any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position that is not decoded")
             if bool(st.fixed[back].any()):
                 raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position committed at the block opening")
@@ -739,6 +869,8 @@ class _Run:
             "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
             "forward": forward,
         }
+        if self.cfg.sub_block < self.cfg.block_length:
+            event["sub_block"] = st.window[0] // self.cfg.sub_block
         if remask is not None and remask.numel():
             event["remasked"] = [offset + int(p) for p in remask.tolist()]
         if edited:
@@ -760,6 +892,6 @@ class _Window:
     causal: int | None  # block length of block-causal attention (None: bidirectional)
 
 
-def _forward_label(kind: tuple[bool, bool, int]) -> str:
-    looks, shadow, _ = kind
+def _forward_label(kind: tuple[bool, bool, int, tuple[int, int]]) -> str:
+    looks, shadow = kind[:2]
     return ("lookahead+shadow" if shadow else "lookahead") if looks else ("shadow" if shadow else "normal")

@@ -26,6 +26,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 _ASSETS = Path(__file__).resolve().parents[2] / "assets"  # ripple/assets
 EMBEDDED = {name: _ASSETS / name for name in ("ripple-tiny", "ripple-tiny-bd", "ripple-tiny-lines")}
 _END_OF_TURN_NAMES = ("<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
+# mask tokens that checkpoints add to their tokenizer without naming them in config.json or as the
+# tokenizer's mask_token (Fast-dLLM v2's `|<MASK>|`, listed in added_tokens.json)
+_MASK_NAMES = ("|<MASK>|",)
 
 
 @dataclass
@@ -325,12 +328,27 @@ def _as_ids(value) -> list[int]:
     return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
 
 
+def _added_mask_id(path: Path, tokenizer) -> int | None:
+    """The id of an added mask token (`_MASK_NAMES`) in the tokenizer's vocabulary or added_tokens.json."""
+    added = path / "added_tokens.json"
+    vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+    if not vocab and added.exists():
+        try:
+            vocab = json.loads(added.read_text())
+        except json.JSONDecodeError:
+            raise RippleError(f"checkpoint {path}: added_tokens.json is not valid JSON") from None
+    found = [vocab[n] for n in _MASK_NAMES if isinstance(vocab, dict) and isinstance(vocab.get(n), int)]
+    return found[0] if found else None
+
+
 def special_ids(cfg: dict, path: Path, tokenizer, needs_mask: bool = True) -> tuple[int | None, tuple[int, ...], int]:
     """mask id (None when not `needs_mask` and none is named: a uniform-noise family), end-of-sequence
     ids and pad id, from config files and the tokenizer."""
     mask_id = cfg.get("mask_token_id")
     if mask_id is None and tokenizer is not None:
         mask_id = tokenizer.mask_token_id
+    if mask_id is None and needs_mask:
+        mask_id = _added_mask_id(path, tokenizer)
     if mask_id is None and needs_mask:
         raise RippleError(f"checkpoint {path}: no mask_token_id in config.json nor a mask token in the tokenizer")
     eos = _as_ids(cfg.get("eos_token_id"))

@@ -19,8 +19,8 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "diffusion-gemma", "field", "kv-cache", "length-robustness", "llada2", "llada2.1",
-                              "paper-table1", "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
+    assert shipped_specs() == ["demo", "diffusion-gemma", "fast-dllm-v2", "field", "kv-cache", "length-robustness", "llada2",
+                              "llada2.1", "paper-table1", "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -191,7 +191,7 @@ def test_malformed_spec_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, 
 def test_missing_and_unreadable_spec_files(tmp_path, capsys):
     assert main(["grid", str(tmp_path / "nope.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, diffusion-gemma, field, kv-cache" in err
+    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, diffusion-gemma, fast-dllm-v2, field, kv-cache" in err
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     assert main(["grid", str(tmp_path / "binary.yaml")]) == 2
     err = capsys.readouterr().err
@@ -254,7 +254,7 @@ def test_settings_added_later_keep_earlier_cell_ids():
     spec = parse_spec(yaml.safe_load(GOOD.replace("[default]", "[confidence]")), "t")
     cell = spec.cells[0]
     before = {k: v for k, v in cell.settings.items()
-              if k not in ("eos_early_stop", "chat_form", "task_options", "block_align")}
+              if k not in ("eos_early_stop", "chat_form", "task_options", "block_align", "sub_block_length")}
     before["params"] = {k: v for k, v in before["params"].items()  # steps, k, edit_tau, max_post_steps came later
                         if k not in ("steps", "k", "edit_tau", "max_post_steps")}
     assert cell.cell_id == hashlib.sha256(dumps(before).encode()).hexdigest()[:16]
@@ -269,6 +269,33 @@ def test_settings_added_later_keep_earlier_cell_ids():
         parse_spec(yaml.safe_load(GOOD + "eos_early_stop: maybe\n"), "t")
     with pytest.raises(RippleError, match="'block_align' takes one of response, absolute, got 'start'"):
         parse_spec(yaml.safe_load(GOOD + "block_align: start\n"), "t")
+
+
+def test_sub_block_length_is_id_neutral_unset_and_checked():
+    """`sub_block_length` unset (the block length) keeps a cell's id; set, it is a cell of its own and
+    reaches the engine's config; a length that does not divide a block length is one line."""
+    import yaml
+
+    from ripple.errors import RippleError
+
+    base = GOOD.replace("[default]", "[confidence]")
+    cell = parse_spec(yaml.safe_load(base), "t").cells[0]
+    sub = parse_spec(yaml.safe_load(base + "sub_block_length: 4\n"), "t").cells[0]
+    assert cell.sub_block_length is None and sub.sub_block_length == 4
+    assert "sub_block_length" not in cell.identity() and sub.identity()["sub_block_length"] == 4
+    assert cell.cell_id != sub.cell_id and replace_settings(sub, sub_block_length=None).cell_id == cell.cell_id
+    whole = parse_spec(yaml.safe_load(base + "sub_block_length: 16\n"), "t").cells[0]  # = the block: no sub-blocks
+    assert whole.sub_block_length is None and whole.cell_id == cell.cell_id
+    for bad in ("3", "0", "64", "x"):
+        with pytest.raises(RippleError, match="sub_block_length") as exc:
+            parse_spec(yaml.safe_load(base + f"sub_block_length: {bad}\n"), "t")
+        assert "\n" not in str(exc.value)
+
+
+def replace_settings(cell, **changes):
+    from dataclasses import replace
+
+    return replace(cell, **changes)
 
 
 def test_shipped_grids_keep_their_cell_ids():

@@ -127,7 +127,7 @@ def test_bad_checkpoints_raise_one_line_errors(golden, tmp_path):
     cfg = json.loads((d / "config.json").read_text())
     cfg["model_type"] = "gpt2"
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(RippleError, match="unsupported model_type 'gpt2'.*dream, llada"):
+    with pytest.raises(RippleError, match="unsupported model_type 'gpt2'.*dream, fast_dllm_qwen, llada"):
         load_model(str(d), "float32", "cpu")
     d = _copy(golden / "llada-tiny", tmp_path / "c")
     (d / "model.safetensors").write_bytes(b"\x00" * 100)

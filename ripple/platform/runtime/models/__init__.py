@@ -3,5 +3,5 @@ onto its own module (DiffusionGemma, a uniform-noise family)."""
 from __future__ import annotations
 
 from .family import Family, get_family, registered_families  # noqa: F401
-from . import llada, dream, llada2, sdar, diffusion_gemma  # noqa: F401  (register)
+from . import llada, dream, llada2, sdar, diffusion_gemma, fast_dllm_v2  # noqa: F401  (register)
 from .transformer import DiffusionTransformer, ForwardOutput, KVCache, TransformerConfig  # noqa: F401

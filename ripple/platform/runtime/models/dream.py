@@ -18,7 +18,8 @@ _BLOCK = {
     "post_attention_layernorm": "mlp_norm",
     "mlp.gate_proj": "gate", "mlp.up_proj": "up", "mlp.down_proj": "down",
 }
-_rename = renamer(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$", _BLOCK, {
+# Qwen2's checkpoint names (Fast-dLLM v2 keeps them too)
+QWEN2_RENAME = renamer(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$", _BLOCK, {
     "model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight", "lm_head.weight": "head.weight",
 })
 
@@ -39,7 +40,7 @@ DREAM = register_family(Family(
     model_types=("dream",),
     shift=1,
     to_config=_config,
-    rename=_rename,
+    rename=QWEN2_RENAME,
     tied_head=lambda cfg: bool(cfg.get("tie_word_embeddings", False)),
     max_positions=lambda cfg: int(cfg.get("max_position_embeddings", 32768)),
     opening_commit=True,

@@ -36,6 +36,10 @@ class Family:
     # decoding ends after a block that leaves an end-of-sequence token in the response, whatever
     # the run's stop_at_eos setting, as the family's reference generate does
     stops_at_eos: bool = False
+    # with the run's stop_at_eos, a row ends as soon as its response holds an end-of-sequence token
+    # with no mask before it (checked after every decision, the block-opening commit included), as
+    # the family's reference generate does (Fast-dLLM v2), instead of after the block
+    eos_stops_mid_block: bool = False
     # what a canvas starts from: "mask" (every position the mask id; mask decoders commit tokens) or
     # "uniform" (random tokens that a renoising decoder denoises: DiffusionGemma); the engine's mask
     # decoders refuse a uniform-noise family, whose checkpoints have no mask id
@@ -51,12 +55,11 @@ class Family:
     def __post_init__(self):
         if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
             raise ValueError(f"family {self.name!r}: shift {self.shift} needs opening_commit (supported shifts: 0, 1)")
-        if self.block_causal and self.shift:
-            raise ValueError(f"family {self.name!r}: a block-causal family cannot shift its logits")
         if self.noise not in NOISES:
             raise ValueError(f"family {self.name!r}: noise {self.noise!r} is unknown; accepted: {', '.join(NOISES)}")
         if self.noise != "mask" and (self.module is None or self.shift or self.opening_commit
-                                     or self.block_causal or self.stops_at_eos):
+                                     or self.block_causal or self.stops_at_eos
+                                     or self.eos_stops_mid_block):
             raise ValueError(f"family {self.name!r}: a {self.noise}-noise family brings its own module and "
                              f"declares none of the mask engine's properties")
 
@@ -65,7 +68,8 @@ class Family:
         if self.module is not None:
             return self.module(cfg, family=self.name, noise=self.noise)
         return DiffusionTransformer(cfg, shift=self.shift, opening_commit=self.opening_commit,
-                                    block_causal=self.block_causal, stops_at_eos=self.stops_at_eos)
+                                    block_causal=self.block_causal, stops_at_eos=self.stops_at_eos,
+                                    eos_stops_mid_block=self.eos_stops_mid_block)
 
 
 _FAMILIES: dict[str, Family] = {}
