@@ -2,8 +2,11 @@
 registered or packaged, as in a notebook cell) runs through ripple.generate, ripple.evaluate,
 ripple.testing's invariant checks and a two-cell grid on local Ray workers, which receive the class
 pickled by value. Its records call it `local:NAME`, and its cell ids never collide with a registered
-decoder's, even under a registered decoder's name."""
+decoder's, even under a registered decoder's name. docs/python.md, the notebook walkthrough, runs
+here too: its Python blocks in order, in one namespace (one Ray start serves both grids)."""
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -11,9 +14,29 @@ import ripple
 from ripple.testing import check_decoder, check_decoder_on_model
 
 pytestmark = pytest.mark.slow
+WALKTHROUGH = Path(__file__).resolve().parents[3] / "docs" / "python.md"
 
 
-def test_a_decoder_defined_here_runs_in_generate_evaluate_the_checks_and_a_grid(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def ray_local():
+    """Ray started once for the module on loopback (as `ripple grid` would); each grid joins it."""
+    from tests.platform.gridtools import RAY_ENV
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in RAY_ENV.items():
+            if not key.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
+                mp.setenv(key, value)
+        mp.delenv("RAY_ADDRESS", raising=False)
+        import ray
+
+        from ripple.platform.experiments.grid import connect_ray
+
+        connect_ray()
+        yield
+        ray.shutdown()
+
+
+def test_a_decoder_defined_here_runs_in_generate_evaluate_the_checks_and_a_grid(tmp_path, ray_local):
     from ripple.decoders.base import greedy
     from ripple.decoders.registry import local_source
 
@@ -42,11 +65,6 @@ def test_a_decoder_defined_here_runs_in_generate_evaluate_the_checks_and_a_grid(
     check_decoder(Leftmost)
     check_decoder_on_model(Leftmost, lm, caches=("none", "prefix"))
 
-    from tests.platform.gridtools import RAY_ENV
-
-    for key, value in RAY_ENV.items():
-        if not key.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
-            monkeypatch.setenv(key, value)
     spec = {"experiment": "local", "models": ["ripple-tiny"], "tasks": {"arith": {"limit": 3}},
             "decoders": ["confidence", Leftmost], "gen_lengths": [32], "block_lengths": [16], "dtype": "float32"}
     run = ripple.grid(spec, store=tmp_path / "store", track=False, workers=1)
@@ -80,3 +98,20 @@ def test_a_local_decoder_under_a_registered_name_gets_cells_of_its_own():
                 raise AssertionError
 
         ripple.grid_spec({**base, "decoders": [Mine, Other]})
+
+
+def test_the_python_walkthrough_runs(tmp_path, monkeypatch, ray_local):
+    """docs/python.md as a notebook runs it; the grid's cells hold what ripple.evaluate measured."""
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", WALKTHROUGH.read_text(), re.S)
+    assert len(blocks) == 5
+    notebook: dict = {"__name__": "walkthrough"}
+    for block in blocks:
+        exec(compile(block, str(WALKTHROUGH), "exec"), notebook)
+    out, mine, base, run = (notebook[k] for k in ("out", "mine", "base", "run"))
+    assert (tmp_path / "commits.png").stat().st_size > 0 and out.trace
+    assert mine.decoder == "local:Margin" and mine.n == base.n == 12
+    table = {r["decoder"]: r for r in run.table().to_dicts()}
+    assert set(table) == {"confidence", "local:Margin"}
+    for cell, result in ((table["local:Margin"], mine), (table["confidence"], base)):
+        assert (cell["accuracy"], cell["mean_nfe"]) == (result.accuracy, result.mean_nfe)
