@@ -13,7 +13,7 @@ from .base import Scheduler
 from .params import HyperParams, field_kind
 
 _REGISTRY: dict[str, type[Scheduler]] = {}
-# a registered name: letters, digits, `_` and `-` (a local decoder's label, `local:NAME`, never is one)
+# a registered name: letters, digits, `_`, `.` and `-` (a local decoder's label, `local:NAME`, never is one)
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 LOCAL = "local:"
 
