@@ -52,7 +52,7 @@ def test_missing_and_corrupt_checkpoints(golden, tmp_path, capsys):
     assert "config.json is not valid JSON" in capsys.readouterr().err
     (tmp_path / "config.json").write_text('{"model_type": "mamba"}')
     assert main(_gen(golden, "--decoder", "default", model=str(tmp_path))) == 2
-    assert "unsupported model_type 'mamba' in config.json; supported: diffusion_gemma, dream, llada" in capsys.readouterr().err
+    assert "unsupported model_type 'mamba' in config.json; supported: diffusion_gemma, dream, fast_dllm_qwen, llada" in capsys.readouterr().err
 
 
 def test_prompt_without_tokenizer(golden, capsys):

@@ -1,4 +1,4 @@
-"""How close each decoder gets to a task's floor: the figures of `ripple grid lines` (docs/embedded-models.md).
+"""How close each decoder gets to a task's floor: figures from a grid over tasks with floors (`lines/<op>`).
 
 A task with free choices gives each record its `floor_nfe`, the fewest forwards a decoder can make and
 always be right (ripple/tasks/lines.py). From one experiment's store this writes:
