@@ -137,10 +137,23 @@ def floor_report(store: str | Path, experiment: str = "lines", out: str | Path =
     return md
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:] + ["results", "lines", "results/floors"][len(sys.argv[1:]):]
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m ripple.dashboards.floors",
+                                     description="floors.png and floors.md of a grid over tasks with floors "
+                                                 "(lines/<op>): each decoder against each task's floor")
+    parser.add_argument("store", nargs="?", default="results", help="the result store (default: results)")
+    parser.add_argument("experiment", nargs="?", default="lines", help="the experiment (default: lines)")
+    parser.add_argument("out", nargs="?", default="results/floors", help="output folder (default: results/floors)")
+    args = parser.parse_args(argv)
     try:
-        print(floor_report(*args[:3]))
+        print(floor_report(args.store, args.experiment, args.out))
     except RippleError as exc:
         print(f"floors: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -178,7 +178,7 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
     order = {n: i for i, n in enumerate(names())}
     sections = []
     for key in cells.select(SECTION).unique().sort(SECTION).iter_rows(named=True):
-        part = cells.filter(pl.all_horizontal([pl.col(k) == v for k, v in key.items()]))
+        part = cells.filter(pl.all_horizontal([pl.col(k).eq_missing(v) for k, v in key.items()]))
         decode_vary = [k for k in DECODE if part[k].n_unique() > 1]
         rows = []
         for c in part.iter_rows(named=True):
@@ -273,7 +273,7 @@ def build_pbx(cells: pl.DataFrame) -> list[PbRow]:
     order = {n: i for i, n in enumerate(names())}
     out = []
     for key in counted.select("model", "weights", "decoder").unique().iter_rows(named=True):
-        part = counted.filter(pl.all_horizontal([pl.col(k) == v for k, v in key.items()]))
+        part = counted.filter(pl.all_horizontal([pl.col(k).eq_missing(v) for k, v in key.items()]))
         tasks = sorted(set(part["task"].to_list()))
         scopes = [part] + ([part.filter(pl.col("task") == t) for t in tasks] if len(tasks) > 1 else [])
         out.extend(_pb_row(key, scope) for scope in scopes)

@@ -135,7 +135,7 @@ def _groups(frame: pl.DataFrame, keys: Sequence[str]) -> list[tuple[dict[str, An
     """(key values, rows) per distinct key, in the frame's order of first appearance."""
     out = []
     for key_frame in frame.select(keys).unique(maintain_order=True).iter_rows(named=True):
-        cond = pl.all_horizontal([pl.col(k) == v for k, v in key_frame.items()])
+        cond = pl.all_horizontal([pl.col(k).eq_missing(v) for k, v in key_frame.items()])
         out.append((key_frame, frame.filter(cond)))
     return out
 
@@ -500,7 +500,7 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
     several = len(mains) > 1
     for i, (key, desc, table) in enumerate(mains, 1):
         suffix = f"-{i}" if several else ""
-        rows = cells.filter(pl.all_horizontal([pl.col(k) == v for k, v in key.items()]))
+        rows = cells.filter(pl.all_horizontal([pl.col(k).eq_missing(v) for k, v in key.items()]))
         figs = []
         for t in rows["task"].unique(maintain_order=True).to_list():
             figs.append(plot_pareto(rows.filter(pl.col("task") == t), f"Pareto fronts, task {t}: {desc}",
