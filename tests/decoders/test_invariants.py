@@ -1,5 +1,7 @@
 """Properties every decoder must satisfy (DESIGN.md section 4), on a scripted model."""
+import atexit
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -40,6 +42,7 @@ DECODERS = [(name, {}) for name in decoders_for("mask")] + [
 
 # data a decoder reads from files (PC-Sampler's token-frequency prior): one that fits every vocabulary here
 PRIOR = Path(tempfile.mkdtemp(prefix="ripple-prior-")) / "prior.json"
+atexit.register(shutil.rmtree, PRIOR.parent, True)  # importing this module (many test files do) leaves no folder
 PRIOR.write_text(json.dumps({"num_token": 1000, "p_baseline_dict": {str(i): 30 + i for i in range(3, 30)}}))
 DATA = {"pc_sampler": {"prior": str(PRIOR)}}
 
