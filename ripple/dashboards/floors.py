@@ -46,11 +46,9 @@ def floors(records: pl.DataFrame) -> dict[str, tuple[float, float | None]]:
     """Per task: (mean floor_nfe, the floor's TPF from the default cell's correct answers)."""
     out = {}
     for (task,), part in records.filter(pl.col("floor_nfe").is_not_null()).group_by("task"):
-        ok = part.filter((pl.col("decoder") == "default") & pl.col("correct") & (pl.col("params") ==
-                         part.filter(pl.col("decoder") == "default")["params"].min()))
-        per = part.unique("sample_id")
+        ok = part.filter((pl.col("decoder") == "default") & pl.col("correct"))
         tpf = ok["generated_tokens"].sum() / ok["floor_nfe"].sum() if ok.height else None
-        out[task] = (float(per["floor_nfe"].mean()), tpf)
+        out[task] = (float(part.unique("sample_id")["floor_nfe"].mean()), tpf)
     return out
 
 

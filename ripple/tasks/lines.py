@@ -65,13 +65,6 @@ OPS = (
 )
 
 
-def floor_nfe(op: Op, n: int) -> int:
-    """The fewest forwards that can always be right for a line of n people (module docstring)."""
-    if op.kind == "shuffle":
-        return n
-    return 2 if op.random_place else 1
-
-
 class LinesTask(SyntheticTask):
     """A waiting-line operation on 3 to 6 single-token names; the answer is the resulting line."""
 
@@ -107,9 +100,10 @@ class LinesTask(SyntheticTask):
         return Example(id="", prompt=prompt, reference=list_text(target), answer=json.dumps(label))
 
     def floor_nfe(self, example: Example) -> int:
-        label = json.loads(example.answer)
-        n = len(label["input"]) if isinstance(label, dict) else len(json.loads(example.reference))
-        return floor_nfe(self.op, n)
+        """The fewest forwards that can always be right (module docstring): shuffling n people takes n."""
+        if self.op.kind == "shuffle":
+            return len(json.loads(example.answer)["input"])
+        return 2 if self.op.random_place else 1
 
     def score(self, example: Example, completion: str) -> Score:
         scores = score_completion(self.op.metric, completion, json.loads(example.answer))

@@ -29,7 +29,6 @@ from ..runtime.models import llada, llada2
 from ..runtime.models.moe import MoEConfig
 
 EPS = 1e-3
-STEPS_LINES = 12000
 FAMILIES = ("llada", "llada2_moe")  # what train-tiny can train: ripple-tiny's family and ripple-tiny-bd's
 
 
@@ -369,7 +368,7 @@ def _tiny_lines(out: str, **kw) -> TrainConfig:
     and the model writes well-formed lines of the right length with the wrong people (0 % on copy): it never
     learns to fetch the k-th person of the prompt's line, the position-counting a model this small did not
     learn for arith's unlabelled steps either (ripple-tiny's card)."""
-    base = dict(steps=STEPS_LINES, lr=3e-3, d_model=128, n_layers=4, n_heads=4, mlp_hidden=352, response_length=32,
+    base = dict(steps=12000, lr=3e-3, d_model=128, n_layers=4, n_heads=4, mlp_hidden=352, response_length=32,
                 tasks=LINES_TASKS, mix=(1, 1, 1, 1, 1, 1, 1, 1, 2, 2))
     base.update(kw)
     return TrainConfig(out=out, **base)

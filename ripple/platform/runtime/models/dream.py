@@ -35,13 +35,22 @@ def _config(cfg: dict) -> TransformerConfig:
     )
 
 
+def qwen2_tied_head(cfg: dict) -> bool:
+    """Qwen2's config.json: the head shares the embedding only when it says so."""
+    return bool(cfg.get("tie_word_embeddings", False))
+
+
+def qwen2_max_positions(cfg: dict) -> int:
+    return int(cfg.get("max_position_embeddings", 32768))
+
+
 DREAM = register_family(Family(
     name="dream",
     model_types=("dream",),
     shift=1,
     to_config=_config,
     rename=QWEN2_RENAME,
-    tied_head=lambda cfg: bool(cfg.get("tie_word_embeddings", False)),
-    max_positions=lambda cfg: int(cfg.get("max_position_embeddings", 32768)),
+    tied_head=qwen2_tied_head,
+    max_positions=qwen2_max_positions,
     opening_commit=True,
 ))

@@ -23,7 +23,7 @@ read, and batches equal single runs.
 from __future__ import annotations
 
 from ....errors import RippleError
-from .dream import QWEN2_RENAME
+from .dream import QWEN2_RENAME, qwen2_max_positions, qwen2_tied_head
 from .family import Family, register_family, require
 from .transformer import TransformerConfig
 
@@ -55,8 +55,8 @@ FAST_DLLM_V2 = register_family(Family(
     shift=1,
     to_config=_config,
     rename=QWEN2_RENAME,
-    tied_head=lambda cfg: bool(cfg.get("tie_word_embeddings", False)),
-    max_positions=lambda cfg: int(cfg.get("max_position_embeddings", 32768)),
+    tied_head=qwen2_tied_head,
+    max_positions=qwen2_max_positions,
     opening_commit=True,
     block_causal=True,
     eos_stops_mid_block=True,
