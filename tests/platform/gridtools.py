@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from ripple.errors import RippleError
@@ -28,6 +29,28 @@ RAY_ENV = {
     "OMP_NUM_THREADS": "1",
     "TQDM_DISABLE": "1",
 }
+
+
+@contextmanager
+def local_ray():
+    """Ray started in this process on loopback (as `ripple grid` would), for a module's grids to join;
+    shut down on exit."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in RAY_ENV.items():
+            if not key.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
+                mp.setenv(key, value)
+        mp.delenv("RAY_ADDRESS", raising=False)
+        import ray
+
+        from ripple.platform.experiments.grid import connect_ray
+
+        connect_ray()
+        try:
+            yield
+        finally:
+            ray.shutdown()
 
 
 def env(**extra: str) -> dict[str, str]:

@@ -25,20 +25,10 @@ SPEC = {"experiment": "tiny-sweep", "model": "ripple-tiny", "tasks": {"arith": {
 
 @pytest.fixture(scope="module")
 def ray_local():
-    from tests.platform.gridtools import RAY_ENV
+    from tests.platform.gridtools import local_ray
 
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in RAY_ENV.items():
-            if not k.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
-                mp.setenv(k, v)
-        mp.delenv("RAY_ADDRESS", raising=False)
-        import ray
-
-        from ripple.platform.experiments.grid import connect_ray
-
-        connect_ray()
+    with local_ray():
         yield
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

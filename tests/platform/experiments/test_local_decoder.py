@@ -20,20 +20,10 @@ WALKTHROUGH = Path(__file__).resolve().parents[3] / "docs" / "python.md"
 @pytest.fixture(scope="module")
 def ray_local():
     """Ray started once for the module on loopback (as `ripple grid` would); each grid joins it."""
-    from tests.platform.gridtools import RAY_ENV
+    from tests.platform.gridtools import local_ray
 
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in RAY_ENV.items():
-            if not key.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
-                mp.setenv(key, value)
-        mp.delenv("RAY_ADDRESS", raising=False)
-        import ray
-
-        from ripple.platform.experiments.grid import connect_ray
-
-        connect_ray()
+    with local_ray():
         yield
-        ray.shutdown()
 
 
 def test_a_decoder_defined_here_runs_in_generate_evaluate_the_checks_and_a_grid(tmp_path, ray_local):
