@@ -162,20 +162,15 @@ def refuse_ids(ids: Sequence[int], mask_id: int | None, vocab: int | None = None
 
 
 def prompt_ids(tokenizer, model: str, prompt: str | Sequence[int], chat: bool | str = False) -> list[int]:
-    """A prompt's token ids, checked before the weights load: text through the tokenizer (and the chat
-    template when `chat`), ids as given; ids the family refuses (DiffusionGemma's image token) fail."""
-    from ..runtime.loading import refuse_prompt_ids
-
+    """A prompt's token ids, before the weights load: text through the tokenizer (and the chat template
+    when `chat`), ids as given."""
     if isinstance(prompt, str):
         if tokenizer is None:
             raise RippleError(f"model {model!r} has no tokenizer files; pass --input-ids instead of --prompt")
         from ...tasks.prompting import encode_prompt
 
-        ids = encode_prompt(tokenizer, prompt, chat=chat)
-    else:
-        ids = list(prompt)
-    refuse_prompt_ids(model, ids)  # the user's prompt only
-    return ids
+        return encode_prompt(tokenizer, prompt, chat=chat)
+    return list(prompt)
 
 
 # ---------------------------------------------------------------------------- generate
@@ -228,7 +223,7 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] = "rps",
     items, alone = _as_prompts(prompts)
     dec = resolve_decoder(decoder, model, settings)
     from ..runtime.engine import Engine
-    from ..runtime.loading import config_mask_id, load_model, load_tokenizer, resolve_model_dir
+    from ..runtime.loading import config_mask_id, load_model, load_tokenizer, refuse_prompt_ids, resolve_model_dir
     from .evaluate import completion_text
 
     config = decode_config(model, dec, gen_length=gen_length, block_length=block_length, cache=cache,
@@ -238,14 +233,16 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] = "rps",
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise RippleError(f"seed must be an integer, got {seed!r}")
     source = _config_source(model)
-    for p in items:
-        if not isinstance(p, str):
-            if chat:
-                raise RippleError("--chat applies to --prompt text, not to --input-ids")
-            refuse_ids(list(p), config_mask_id(source))
+    given = [list(p) for p in items if not isinstance(p, str)]
+    if given and chat:
+        raise RippleError("--chat applies to --prompt text, not to --input-ids")
+    mask_id = config_mask_id(source) if given else None
+    for p in given:
+        refuse_ids(p, mask_id)
     loaded = hasattr(model, "tokenizer")
     tokenizer = model.tokenizer if loaded else load_tokenizer(resolve_model_dir(source))
     ids = [prompt_ids(tokenizer, source, p, chat) for p in items]  # all before the weights load
+    refuse_prompt_ids(source, ids)  # the user's prompts only (config.json read once)
     lm = model if loaded else load_model(source, dtype=dtype, device=device, tokenizer=tokenizer)
     for p in ids:
         refuse_ids(p, lm.mask_id, lm.model.vocab_size)  # a mask named only by the tokenizer, the vocabulary

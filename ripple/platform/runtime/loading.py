@@ -428,12 +428,15 @@ def hollow() -> Iterator[None]:
         yield
 
 
-def refuse_prompt_ids(name: str, ids) -> None:
-    """One line if a user's prompt holds an id the family refuses (DiffusionGemma's image token), read from
-    config.json before any weights load. Generated tokens are never checked: they are text whatever their id."""
+def refuse_prompt_ids(name: str, prompts) -> None:
+    """One line if a user's prompt (each of `prompts`: token ids) holds an id the family refuses
+    (DiffusionGemma's image token), read from config.json once, before any weights load. Generated tokens
+    are never checked: they are text whatever their id."""
     cfg = read_config(resolve_model_dir(name))
     family = get_family(cfg["model_type"])
-    refuse_prompt(family.name, ids, family.prompt_refusals(cfg))
+    refusals = family.prompt_refusals(cfg)
+    for ids in prompts:
+        refuse_prompt(family.name, ids, refusals)
 
 
 def load_model(name: str, dtype: str = "auto", device: str = "auto", tokenizer: Any = None) -> LoadedModel:
