@@ -64,7 +64,7 @@ def grid_spec(spec: Any, *, limit: int | None = None, data_dir: str | None = Non
     from .platform.experiments.spec import GridSpec, load_spec, parse_spec
 
     parsed = _read_spec(spec, "grid", GridSpec, parse_spec, load_spec)
-    return parsed.with_limit(limit).with_data_dir(data_dir).with_batch_size(batch_size)
+    return parsed.with_limit(limit).with_data_dir(data_dir).with_found_data().with_batch_size(batch_size)
 
 
 def grid(spec: Any, *, store: str | os.PathLike | None = None, experiment: str | None = None, fresh: bool = False,

@@ -63,6 +63,11 @@ class Task(ABC):
                 accepted = ", ".join(cls.options) if cls.options else "none"
                 raise RippleError(f"task {cls.name} takes no option {key!r}; accepted: {accepted}")
 
+    def data_found(self) -> bool:
+        """Whether this task's data are where it reads them. Only a task whose files the user brings
+        (ParallelBench's) can say no; a grid spec's `if_data` tasks are left out then."""
+        return True
+
     @abstractmethod
     def examples(self, split: str = "test", limit: int | None = None) -> list[Example]:
         """The first `limit` examples of `split`, in a fixed order."""

@@ -88,6 +88,10 @@ class ParallelBenchTask(BenchmarkTask):
             raise RippleError(f"task {self.name}: folder {folder} not found; {where} there")
         return folder
 
+    def data_found(self) -> bool:
+        root = data_dir(self.data_dir)
+        return root is not None and (root / PREFIX / self.category / f"{self.task}.jsonl").is_file()
+
     def _config(self, folder: Path) -> tuple[str, str]:
         """(prompt template, metric) of this task from the category's task_config.yaml."""
         import yaml

@@ -43,7 +43,7 @@ TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_len
             "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align",
             "sub_block_length", "data_dir", "workers", "batch_size")
 DECODER_KEYS = ("name", "params", "task_params", "models")
-TASK_KEYS = ("limit", "gen_lengths", "block_lengths")  # plus the task's own options (`Task.options`)
+TASK_KEYS = ("limit", "gen_lengths", "block_lengths", "if_data")  # plus the task's own options (`Task.options`)
 # a task's own lengths replace the spec's for its cells (ParallelBench: 32-token waiting lines, 64-token
 # puzzles, each with the block equal to the response); they are cell settings, not task options
 TASK_LENGTHS = ("gen_lengths", "block_lengths")
@@ -173,6 +173,8 @@ class GridSpec:
     # samples of one cell a worker decodes in one engine call. Not part of any cell id: it changes
     # timing, never tokens or NFE (checked by `python -m ripple.bench --batch-equivalence`)
     batch_size: int = 1
+    if_data: tuple[str, ...] = ()  # tasks run only where their data are found (`if_data: true`)
+    left_out: tuple[str, ...] = ()  # those whose data were not found (`with_found_data`)
 
     def _per_task(self) -> list[str]:
         """One line per decoder whose settings differ between tasks: each task's values of the
@@ -218,6 +220,18 @@ class GridSpec:
         """Read benchmark data from `data_dir` (`ripple grid --data-dir`) instead of the spec's."""
         return self if data_dir is None else replace(self, data_dir=data_dir)
 
+    def with_found_data(self) -> "GridSpec":
+        """Leave out the cells of `if_data` tasks whose data are not found (ParallelBench's test files,
+        which the user brings); the other cells keep their ids."""
+        from ...tasks import get_task
+
+        missing = tuple(t for t in self.if_data if not get_task(t, data_dir=self.data_dir).data_found())
+        cells = tuple(c for c in self.cells if c.task not in missing)
+        if not cells:
+            raise RippleError(f"grid spec {self.path}: the data of every task are missing: {', '.join(missing)}; "
+                              f"pass --data-dir DIR holding them")
+        return replace(self, cells=cells, left_out=missing)
+
     def describe(self) -> str:
         """The plan in a few lines (`ripple grid --dry-run`)."""
         axes = {"models": "model", "tasks": "task", "decoders": "label", "gen_lengths": "gen_length",
@@ -242,6 +256,8 @@ class GridSpec:
         if options:
             lines.append(f"  task options: {'; '.join(options)}")
         lines.append(f"  batch size: {self.batch_size}")
+        if self.left_out:
+            lines.append(f"  left out, their data not found: {', '.join(self.left_out)}")
         return "\n".join(lines)
 
 
@@ -449,7 +465,7 @@ class SpecParser:
         if len(set(ids)) != len(ids):
             raise self.fail("two decoder entries describe the same cell; remove the duplicate")
         return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description,
-                        self.batch_size(raw.get("batch_size", 1)))
+                        self.batch_size(raw.get("batch_size", 1)), tuple(self.if_data))
 
     def batch_size(self, value: Any) -> int:
         try:
@@ -480,6 +496,7 @@ class SpecParser:
     def tasks(self, value: Any, limit: int | None) -> list[tuple[str, int | None, str]]:
         """(name, limit, options JSON) per task; options are the task's own (`Task.options`)."""
         self.task_lengths: dict[str, dict[str, list[int]]] = {}
+        self.if_data: list[str] = []
         if not isinstance(value, dict):
             names = self.strings(value, "tasks")
             for name in names:
@@ -496,6 +513,8 @@ class SpecParser:
             self.keys(opts, TASK_KEYS + cls.options, f" in task {name!r}")
             options = {k: v for k, v in opts.items() if k not in TASK_KEYS}
             own = {k: self.positive_ints(opts[k], f"tasks.{name}.{k}") for k in TASK_LENGTHS if k in opts}
+            if self.flag(opts.get("if_data", False), f"tasks.{name}.if_data"):
+                self.if_data.append(str(name))
             if own:
                 self.task_lengths[str(name)] = own
             try:

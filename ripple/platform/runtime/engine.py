@@ -55,7 +55,10 @@ A block-diffusion family may also shift its logits (Fast-dLLM v2: the row at pos
 i + 1 inside a block too): its block opening then reads the previous block's last row, which the
 opening recomputes after that block's last commit, and commits the block's first position with it
 (the reference's block-closing forward, or its prefill when the prompt ends on a block boundary); a
-block that starts with the prompt's tail has nothing to open. A family that `eos_stops_mid_block`
+block that starts with the prompt's tail has nothing to open. A family that `prefills_prompt_blocks`
+runs, under a cache, a forward of its own over the prompt's whole blocks before the first block
+opens (the reference's prefill): the opening then computes the block against their keys, or, when
+the block starts with a mask, opens from that forward's last row. A family that `eos_stops_mid_block`
 ends a row under `stop_at_eos` as soon as its response holds an EOS with no mask before it, checked
 after every decision (the opening commit included).
 
@@ -207,6 +210,7 @@ class Engine:
         self.block_causal = bool(getattr(model, "block_causal", False))  # block diffusion (module docstring)
         self.stops_at_eos = bool(getattr(model, "stops_at_eos", False))
         self.eos_stops_mid_block = bool(getattr(model, "eos_stops_mid_block", False))
+        self.prefills_prompt_blocks = bool(getattr(model, "prefills_prompt_blocks", False))
         if mask_id is None and self.noise == "mask":
             raise RippleError(f"{self.family} is a mask-noise family but no mask id was given")
         self.mask_id = -1 if mask_id is None else int(mask_id)  # -1: a uniform-noise family has none
@@ -442,6 +446,8 @@ class _Run:
         self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
         # a family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule)
         self.stop_mid = cfg.stop_at_eos and engine.eos_stops_mid_block
+        # a family that prefills the prompt's whole blocks does so under a cache (module docstring)
+        self.prefills = engine.prefills_prompt_blocks and cfg.cache != "none" and self.origin > 0
         # `dual` with sub-blocks: forwards recompute only the current sub-block once its first position
         # is decoded, the rest of the block's keys coming from the last whole-block forward (the module
         # docstring); `snap[r]`: row r's block keys come from a forward its decisions read
@@ -567,21 +573,33 @@ class _Run:
         # previous opening (each computed after its block's last commit); the previous block, now
         # finished, and this one are computed fresh. Otherwise the canvas up to the extent is.
         prev = self._finished if cached and e.block_causal and blk > 0 else None
-        o0 = bs - L if prev is not None else 0
-        # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before)
-        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0)]
-                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
-        past = None
+        past, o0, opened = None, 0, rows  # opened: the rows the opening forward computes
         if prev is not None:
+            o0 = bs - L
             past_kv, past_rows = prev
             past = past_kv if len(past_rows) == len(rows) else \
                 past_kv.select(torch.tensor([past_rows[r] for r in rows], device=e.device))
-        out = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), past, o0, ext, bs, be,
-                               None, want, beyond=beyond, extent=ext, block=causal, return_kv=cached)
-        logits, kv = out if cached else (out, None)
+        pre = self._prefill(rows, bs) if blk == 0 and self.prefills else None
+        if pre is not None:  # the opening computes the block against the prompt's blocks' keys
+            o0 = bs
+            # a block that starts with a mask opens from the prefill's last row: no opening forward
+            opened = [r for r in rows if self.starts[r] > bs] if self.head else rows
+            past = pre[1] if len(opened) == len(rows) else \
+                pre[1].select(torch.tensor([rows.index(r) for r in opened], dtype=torch.long, device=e.device))
+        # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before)
+        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0)]
+                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
+        logits = kv = None
+        if opened:
+            pick = sub if len(opened) == len(rows) else self._rows(opened)
+            out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), past, o0, ext, bs, be,
+                                   None, want, beyond=beyond, extent=ext, block=causal, return_kv=cached)
+            logits, kv = out if cached else (out, None)
+            self._count(opened)
+        if pre is not None and len(opened) < len(rows):
+            logits, kv = _with_prefill(rows, opened, pre, logits, kv, len(want), be)
         if cached and e.block_causal:
             self._finished = (kv, {r: i for i, r in enumerate(rows)})
-        self._count(rows)
         states = {}
         for i, r in enumerate(rows):
             st = self._state(r, blk, logits[i, :L])
@@ -664,6 +682,18 @@ class _Run:
                 commit = Commit(pos, tokens[pos])
                 self._apply(r, st, commit, None, None)
                 self._emit(r, blk, st, commit, {}, None, phase="fill")
+
+    def _prefill(self, rows: list[int], bs: int) -> tuple[torch.Tensor, KVCache]:
+        """The forward over canvas columns [0, bs), the prompt's whole blocks (a family that
+        `prefills_prompt_blocks`, with a cache): their keys, and the last row's logits [G, V] (the
+        prediction of column bs), counted for the rows with prompt tokens there."""
+        e, L = self.e, self.cfg.block_length
+        sub = self._rows(rows)
+        logits, kv = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), None, 0, bs, bs - L, bs,
+                                      None, torch.tensor([bs - 1], device=e.device), extent=bs, block=L,
+                                      return_kv=True)  # [G, 1, V]
+        self._count([r for r in rows if self.lens[r] >= L])
+        return logits[:, 0], kv
 
     def _state(self, r: int, blk: int, logits: torch.Tensor) -> BlockState:
         """Row r's view of block `blk` with the block's logits [L, V]: the prompt's tail and the
@@ -890,6 +920,29 @@ class _Window:
     next: bool  # also compute the next block's rows (the decoder needs rows beyond the block)
     extent: int  # the forward's canvas is columns [0, extent)
     causal: int | None  # block length of block-causal attention (None: bidirectional)
+
+
+def _with_prefill(rows, opened, pre, logits, kv, n_rows: int, be: int):
+    """The opening's logits [G, n_rows, V] and keys [0, be) for every row, where the rows not in
+    `opened` opened from the prefill alone: its last row stands for their block's rows (only the first,
+    the opening commit, is read before their next forward), and their block's keys are zeros until
+    that forward, whose window covers the block, computes them."""
+    pre_logits, pre_kv = pre  # [G, V], keys [0, bs)
+    out = pre_logits[:, None].expand(-1, n_rows, -1).clone()  # [G, n_rows, V]
+    at = torch.tensor([rows.index(r) for r in opened], dtype=torch.long, device=pre_logits.device)
+    if logits is not None:
+        out[at] = logits
+
+    def grow(pre_t, new_t):  # [G, H, bs, D] (and the opened rows' [G', H, be, D]) -> [G, H, be, D]
+        full = pre_t.new_zeros(*pre_t.shape[:2], be, pre_t.shape[3])
+        full[:, :, :pre_t.shape[2]] = pre_t
+        if new_t is not None:
+            full[at] = new_t[:, :, :be]
+        return full
+
+    fresh = kv or KVCache([None] * len(pre_kv.keys), [None] * len(pre_kv.values))
+    return out, KVCache([grow(p, n) for p, n in zip(pre_kv.keys, fresh.keys)],
+                        [grow(p, n) for p, n in zip(pre_kv.values, fresh.values)])
 
 
 def _forward_label(kind: tuple[bool, bool, int, tuple[int, int]]) -> str:

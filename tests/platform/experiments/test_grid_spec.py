@@ -160,7 +160,7 @@ BAD = [
     ("option a task does not take", GOOD.replace("tasks: [arith]", "tasks: {arith: {limit: 5, timeout_s: 10}}"),
      "unknown key 'timeout_s' in task 'arith'; accepted: limit"),
     ("sandbox option typo", GOOD.replace("tasks: [arith]", "tasks: {humaneval: {timeout: 10}}"),
-     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, gen_lengths, block_lengths, timeout_s, cpu_s, memory_mb"),
+     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, gen_lengths, block_lengths, if_data, timeout_s, cpu_s, memory_mb"),
     ("bad sandbox limit", GOOD.replace("tasks: [arith]", "tasks: {mbpp: {memory_mb: -5}}"),
      "task mbpp: memory_mb must be a positive number, got -5"),
     ("unknown chat form", GOOD + "chat: twoturn\n",

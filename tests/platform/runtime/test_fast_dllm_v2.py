@@ -3,6 +3,7 @@ fast-dllm-v2-tiny (full forwards under the inference mask, a cached tail, the bl
 forward), its `generate` trajectories through `ripple generate` (sub-blocks, block cache = dual, the
 stop rule), `batch_sample`'s rows against Ripple's batches, and the family's layout and stop rule."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -108,8 +109,8 @@ def _public_generate_runs(golden):
 def test_reference_generate_runs_token_for_token(golden, capsys, tmp_path):
     """Each run: the response up to the reference's stop (all of it where none), every decoding
     forward's commits in order, and NFE = the reference's forwards less the block-end forward after the
-    last block (it only appends a token past the response) and less a prefill that yields no token (a
-    prompt ending inside a block: Ripple's first forward stores the prompt's keys and decodes at once)."""
+    last block (it only appends a token past the response); its prefill is Ripple's too (the family
+    `prefills_prompt_blocks`: a forward over the prompt's whole blocks before the first block opens)."""
     stops = 0
     for case in _public_generate_runs(golden):
         G = _gen_length(case)
@@ -130,9 +131,8 @@ def test_reference_generate_runs_token_for_token(golden, capsys, tmp_path):
         ends = [tuple(e["next_token"]) for e in case["steps_log"] if e.get("next_token")]
         opened = [tuple(p) for e in events if e["phase"] == "open" for p in e["committed"]]
         assert opened == [t for t in ends if 0 <= t[0] < upto], case["case"]
-        silent_prefill = case["nfe_prefill"] and case["prompt_length"] % case["args"]["block_size"] != 0
         last_end = case["ended_by"] == "max_new_tokens"
-        assert out["nfe"] == case["nfe"] - int(last_end) - int(silent_prefill), case["case"]
+        assert out["nfe"] == case["nfe"] - int(last_end), case["case"]
     assert stops == 4  # 4 of the 11 end on a stop, mid-block (the 12th is the excluded one)
 
 
@@ -166,7 +166,9 @@ def test_dual_sub_block_forwards_are_the_block_caches(v2, golden):
 
 
 def test_prefix_and_none_decode_the_same_tokens(golden, capsys):
-    """Without the block cache the reference is block-causal and exact: `none` recomputes the same."""
+    """Without the block cache the reference is block-causal and exact: `none` recomputes the same, in
+    one forward fewer where the prompt ends inside a block after whole ones (no cache: no prefill)."""
+    prefilled = 0
     for case in _public_generate_runs(golden)[:6]:
         if case["args"]["use_block_cache"]:
             continue
@@ -176,7 +178,11 @@ def test_prefix_and_none_decode_the_same_tokens(golden, capsys):
             argv[argv.index("--cache") + 1] = cache
             assert main(argv) == 0
             runs.append(json.loads(capsys.readouterr().out))
-        assert runs[0]["tokens"] == runs[1]["tokens"] and runs[0]["nfe"] == runs[1]["nfe"], case["case"]
+        P, B = case["prompt_length"], case["args"]["block_size"]
+        silent = P > B and P % B != 0  # the prefill yields no token: under `none` the opening forward does its work
+        prefilled += silent
+        assert runs[0]["tokens"] == runs[1]["tokens"] and runs[0]["nfe"] == runs[1]["nfe"] + silent, case["case"]
+    assert prefilled > 0
 
 
 def test_sub_block_equal_to_the_block_changes_nothing(golden, capsys, tmp_path):
@@ -217,6 +223,28 @@ def _batch_runs(v2, case):
     batch = eng.generate(prompts, dec(), cfg)
     singles = [eng.generate([p], dec(), cfg)[0] for p in prompts]
     return prompts, batch, singles
+
+
+@pytest.mark.parametrize("cache,sub", [("prefix", 4), ("dual", 2)])
+def test_the_prefill_in_a_batch_of_every_prompt_kind(v2, cache, sub):
+    """Prompts shorter than a block (no prefill), ending on a block boundary (the prefill opens the
+    block: no opening forward) and ending inside a block after whole ones (a prefill that yields no
+    token, then the opening): the batch's rows equal their single runs, and only the last kind costs
+    a forward more than under `none`."""
+    prompts = [[5, 17, 40], [5, 17, 40, 9, 33, 2, 71, 8], [5, 17, 40, 9, 33, 2]]
+    eng = Engine.from_loaded(v2)
+    runs = {}
+    for c in (cache, "none"):
+        cfg = GenerationConfig(12, 4, c, sub_block_length=sub if c == cache else None)
+        dec = lambda: build("confidence", {"tau": "0.9"})  # noqa: E731
+        batch = eng.generate(prompts, dec(), cfg)
+        singles = [eng.generate([p], dec(), cfg)[0] for p in prompts]
+        assert [(b.tokens, b.nfe) for b in batch] == [(o.tokens, o.nfe) for o in singles]
+        runs[c] = singles
+    none = [o.nfe for o in runs["none"]]
+    if cache == "prefix":  # same sub-block setting only under prefix: the same decisions, so the same tokens
+        assert [o.tokens for o in runs[cache]] == [o.tokens for o in runs["none"]]
+        assert [o.nfe for o in runs[cache]] == [none[0], none[1], none[2] + 1]
 
 
 @pytest.mark.parametrize("index", range(4))
@@ -292,6 +320,36 @@ def test_shipped_fast_dllm_v2_grid_validates_with_a_dry_run(capsys):
                  "hierarchy", "credit", "pc_sampler", "dus", "slow_fast"]:
         assert name in out
     assert "block_lengths: 32" in out and "sub_block_lengths: 8" in out and "caches: prefix, dual" in out
+    assert "left out, their data not found: parallelbench/waiting_line/copy," in out
+
+
+def test_the_grid_runs_parallelbench_s_tasks_where_their_files_are_found(tmp_path, capsys):
+    """`if_data` tasks: ParallelBench's twelve join the grid from a data directory holding them (the
+    test fixtures: 12 x 13 decoders x 2 caches more cells), only those found from one holding some, and
+    the 104 cells keep their ids."""
+    from ripple.api import grid_spec
+
+    fixtures = Path(__file__).parents[2] / "tasks" / "fixtures"
+    full = grid_spec("fast-dllm-v2", data_dir=str(fixtures))
+    assert len(full.cells) == 104 + 12 * 13 * 2 and not full.left_out
+    some = tmp_path / "parallelbench" / "waiting_line"
+    some.mkdir(parents=True)
+    for name in ("task_config.yaml", "copy.jsonl"):
+        (some / name).write_text((fixtures / "parallelbench" / "waiting_line" / name).read_text())
+    part = grid_spec("fast-dllm-v2", data_dir=str(tmp_path))
+    assert {c.task for c in part.cells} - {"gsm8k", "math500", "humaneval", "mbpp"} == {"parallelbench/waiting_line/copy"}
+    assert len(part.left_out) == 11
+    pb = [c for c in part.cells if c.task.startswith("parallelbench")]
+    assert {(c.gen_length, c.block_length, c.sub_block_length) for c in pb} == {(32, 32, 8)}
+    (tmp_path / "empty").mkdir()
+    none = grid_spec("fast-dllm-v2", data_dir=str(tmp_path / "empty"))
+    assert [c.cell_id for c in none.cells] == [c.cell_id for c in full.cells if c.task in {
+        "gsm8k", "math500", "humaneval", "mbpp"}]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [ripple-tiny]\ntasks: {arith: {if_data: yes please}}\ndecoders: [default]\n"
+                   "gen_lengths: [16]\nblock_lengths: [16]\n")
+    assert main(["grid", str(bad), "--dry-run"]) == 2
+    assert "'tasks.arith.if_data' takes true or false" in capsys.readouterr().err
 
 
 def test_sweep_spec_takes_sub_block_length(tmp_path):

@@ -40,6 +40,10 @@ class Family:
     # with no mask before it (checked after every decision, the block-opening commit included), as
     # the family's reference generate does (Fast-dLLM v2), instead of after the block
     eos_stops_mid_block: bool = False
+    # with a cache, the prompt's whole blocks get a forward of their own before the first block opens
+    # (their keys stored; the opening then computes the block against them), as the family's reference
+    # prefills them (Fast-dLLM v2): a prompt ending inside a block costs that forward, which yields no token
+    prefills_prompt_blocks: bool = False
     # what a canvas starts from: "mask" (every position the mask id; mask decoders commit tokens) or
     # "uniform" (random tokens that a renoising decoder denoises: DiffusionGemma); the engine's mask
     # decoders refuse a uniform-noise family, whose checkpoints have no mask id
@@ -53,13 +57,15 @@ class Family:
     prompt_refusals: Callable[[dict[str, Any]], dict[int, tuple[str, str]]] = lambda cfg: {}
 
     def __post_init__(self):
+        if self.prefills_prompt_blocks and not self.block_causal:
+            raise ValueError(f"family {self.name!r}: prefills_prompt_blocks needs block_causal (whole blocks)")
         if self.shift not in (0, 1) or (self.shift and not self.opening_commit):
             raise ValueError(f"family {self.name!r}: shift {self.shift} needs opening_commit (supported shifts: 0, 1)")
         if self.noise not in NOISES:
             raise ValueError(f"family {self.name!r}: noise {self.noise!r} is unknown; accepted: {', '.join(NOISES)}")
         if self.noise != "mask" and (self.module is None or self.shift or self.opening_commit
                                      or self.block_causal or self.stops_at_eos
-                                     or self.eos_stops_mid_block):
+                                     or self.eos_stops_mid_block or self.prefills_prompt_blocks):
             raise ValueError(f"family {self.name!r}: a {self.noise}-noise family brings its own module and "
                              f"declares none of the mask engine's properties")
 
@@ -69,7 +75,8 @@ class Family:
             return self.module(cfg, family=self.name, noise=self.noise)
         return DiffusionTransformer(cfg, shift=self.shift, opening_commit=self.opening_commit,
                                     block_causal=self.block_causal, stops_at_eos=self.stops_at_eos,
-                                    eos_stops_mid_block=self.eos_stops_mid_block)
+                                    eos_stops_mid_block=self.eos_stops_mid_block,
+                                    prefills_prompt_blocks=self.prefills_prompt_blocks)
 
 
 _FAMILIES: dict[str, Family] = {}

@@ -13,7 +13,9 @@ diffusion with logits shifted inside each block, which the family declares and t
 `shift` 1 with `opening_commit` (a block's first position is the argmax of the previous block's
 last row: the reference's block-closing forward, which stores the finished block's keys, or its
 prefill when the prompt ends on a block boundary; Ripple's block-opening forward recomputes the
-finished block and reads that row, so the two are one forward), and `eos_stops_mid_block` (with
+finished block and reads that row, so the two are one forward), `prefills_prompt_blocks` (with a
+cache, the prompt's whole blocks get a forward of their own first, the reference's prefill, which
+yields no token when the prompt ends inside a block), and `eos_stops_mid_block` (with
 `stop_at_eos`, a row ends as soon as its response holds a stop id with no mask before it, the
 reference's stop rule). Its sub-blocks are the run setting `sub_block_length`, its threshold rule
 is `confidence` with tau = its threshold, and its block cache (`use_block_cache`) is `dual`.
@@ -60,4 +62,5 @@ FAST_DLLM_V2 = register_family(Family(
     opening_commit=True,
     block_causal=True,
     eos_stops_mid_block=True,
+    prefills_prompt_blocks=True,
 ))

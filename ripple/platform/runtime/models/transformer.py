@@ -232,7 +232,8 @@ class DiffusionTransformer(nn.Module):
     """Bidirectional transformer denoiser; see the module docstring for the key layout."""
 
     def __init__(self, cfg: TransformerConfig, shift: int = 0, opening_commit: bool = False,
-                 block_causal: bool = False, stops_at_eos: bool = False, eos_stops_mid_block: bool = False):
+                 block_causal: bool = False, stops_at_eos: bool = False, eos_stops_mid_block: bool = False,
+                 prefills_prompt_blocks: bool = False):
         super().__init__()
         self.cfg = cfg
         self.shift = shift  # 1: the prediction for position i is read at i-1 (Dream)
@@ -240,6 +241,7 @@ class DiffusionTransformer(nn.Module):
         self.block_causal = block_causal  # a block-diffusion family (LLaDA2): the engine's block rules
         self.stops_at_eos = stops_at_eos  # the family's decoding ends after a block with an EOS
         self.eos_stops_mid_block = eos_stops_mid_block  # stop_at_eos ends a row at its EOS, mid-block
+        self.prefills_prompt_blocks = prefills_prompt_blocks  # with a cache: a forward over the prompt's whole blocks
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg, moe=cfg.moe is not None and i >= cfg.dense_layers)
                                     for i in range(cfg.n_layers))
