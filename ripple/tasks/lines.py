@@ -33,11 +33,22 @@ NAMES = (
     "Taj", "Ted", "Tia", "Tom", "Uma", "Una", "Val", "Vic", "Wes", "Wyn", "Xia", "Yan", "Yul", "Zac", "Zed", "Zoe",
 )
 MIN_LENGTH, MAX_LENGTH = 3, 6  # ParallelBench's waiting-line lengths
+EMPTY = "No"  # an empty place of the prompt's line (never a name)
 
 
 def list_text(items) -> str:
     """A line written as ParallelBench writes lists: `["A", "B"]`."""
     return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+
+def places_text(line) -> str:
+    """The line as the prompt shows it: its count, then six numbered places, the empty ones holding
+    "No" (`Line of 3: 0Ann 1Bo 2Cy 3No 4No 5No`). Each place is three tokens (its number, the name,
+    a space), as each name of the answer is (the name, `",`, ` "`), so place k sits a fixed distance
+    from the answer's k-th name whatever the line's length, and its number names it: a model of
+    ripple-tiny's size learns to fetch people there, and did not from a bare list (issue 43's runs)."""
+    shown = list(line) + [EMPTY] * (MAX_LENGTH - len(line))
+    return f"Line of {len(line)}: " + " ".join(f"{i}{name}" for i, name in enumerate(shown))
 
 
 @dataclass(frozen=True)
@@ -96,7 +107,7 @@ class LinesTask(SyntheticTask):
             label = {"input": line, "example": list_text(target)} | ({"word": word} if word else {})
         else:
             label = list_text(target)
-        prompt = f"Line: {list_text(line)}\n{op.instruction.format(word=word, index=index)}\n"
+        prompt = f"{op.instruction.format(word=word, index=index)}\n{places_text(line)}\n"
         return Example(id="", prompt=prompt, reference=list_text(target), answer=json.dumps(label))
 
     def floor_nfe(self, example: Example) -> int:

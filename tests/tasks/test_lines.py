@@ -7,7 +7,7 @@ import pytest
 from ripple.cli import main
 from ripple.tasks import Example, get_task
 from ripple.tasks import lines, parallelbench_scoring
-from ripple.tasks.lines import MAX_LENGTH, MIN_LENGTH, NAMES, OPS, list_text
+from ripple.tasks.lines import EMPTY, MAX_LENGTH, MIN_LENGTH, NAMES, OPS, list_text, places_text
 
 OP_NAMES = [op.name for op in OPS]
 
@@ -15,7 +15,8 @@ OP_NAMES = [op.name for op in OPS]
 def test_ten_operations_and_enough_names():
     assert OP_NAMES == ["copy", "insert_index", "insert_random", "remove_index", "remove_random", "replace_index",
                         "replace_random", "reverse", "shuffle", "sort"]
-    assert len(set(NAMES)) == len(NAMES) >= 60
+    assert len(set(NAMES)) == len(NAMES) >= 60 and EMPTY not in NAMES
+    assert places_text(["Ann", "Bo", "Cy"]) == "Line of 3: 0Ann 1Bo 2Cy 3No 4No 5No"
 
 
 @pytest.mark.parametrize("op", OP_NAMES)
@@ -38,12 +39,12 @@ def test_examples_follow_parallelbench_conventions(op):
     task = get_task(f"lines/{op}")
     lengths, indices = set(), set()
     for ex in task.examples("test", 300):
-        line = json.loads(ex.prompt.split("\n")[0].removeprefix("Line: "))
+        line = _shown_line(ex.prompt.split("\n")[1])
         target = json.loads(ex.reference)
         assert MIN_LENGTH <= len(line) <= MAX_LENGTH and len(set(line)) == len(line) and set(line) <= set(NAMES)
         assert ex.reference == list_text(target)
         lengths.add(len(line))
-        instruction = ex.prompt.split("\n")[1]
+        instruction = ex.prompt.split("\n")[0]
         if "index" in instruction:
             i = int(instruction.split("index ")[1].split()[0].rstrip("."))
             indices.add((i, len(line)))
@@ -63,6 +64,16 @@ def test_examples_follow_parallelbench_conventions(op):
         assert all(i < n for i, n in indices)
 
 
+def _shown_line(text: str) -> list[str]:
+    """The people of a prompt's `Line of n: 0Ann 1Bo ...`, checked against its count and numbers."""
+    head, places = text.split(": ")
+    n = int(head.removeprefix("Line of "))
+    shown = places.split(" ")
+    assert len(shown) == MAX_LENGTH and [p[0] for p in shown] == [str(i) for i in range(MAX_LENGTH)]
+    assert [p[1:] for p in shown[n:]] == [EMPTY] * (MAX_LENGTH - n)
+    return [p[1:] for p in shown[:n]]
+
+
 def _hand(op: str, line: list[str], target: list[str], word: str | None = None) -> Example:
     """An example built by hand in the generator's format."""
     spec = next(o for o in OPS if o.name == op)
@@ -70,7 +81,7 @@ def _hand(op: str, line: list[str], target: list[str], word: str | None = None) 
         label = {"input": line, "example": list_text(target)} | ({"word": word} if word else {})
     else:
         label = list_text(target)
-    return Example(id="hand", prompt=f"Line: {list_text(line)}\n", reference=list_text(target),
+    return Example(id="hand", prompt=f"{places_text(line)}\n", reference=list_text(target),
                    answer=json.dumps(label))
 
 
