@@ -65,6 +65,48 @@ def best_settings(cells: pl.DataFrame, floor: dict[str, tuple[float, float | Non
     return out
 
 
+@dataclass(frozen=True)
+class Versus:
+    """A task's RPS (defaults) against Confidence at tau 0.9, and which RPS settings are on the
+    accuracy-TPF front of RPS's, Confidence's threshold settings and `topk`'s."""
+
+    task: str
+    rps: tuple[float, float]  # (accuracy, mean NFE)
+    confidence: tuple[float, float]
+    floor: float
+    on_front: tuple[str, ...]  # RPS settings no Confidence (tau) or topk setting dominates
+
+    @property
+    def nfe_ratio(self) -> float | None:
+        """RPS's mean NFE over Confidence's, where their accuracies are within 1 point."""
+        if abs(self.rps[0] - self.confidence[0]) > 1.0:
+            return None
+        return self.rps[1] / self.confidence[1]
+
+
+def versus(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]]) -> list[Versus]:
+    """`Versus` for each task with free choices (a floor above one forward) where both cells ran."""
+    from .pareto import ACCURACY_TPF, front_flags
+
+    out = []
+    for task in sorted(t for t, (f, _) in floor.items() if f > 1):
+        part = cells.filter(pl.col("task") == task)
+        rps = part.filter(pl.col("label") == "rps")
+        conf = part.filter(pl.col("label").is_in(["confidence", "confidence(tau=0.9)"]))
+        if rps.height == 0 or conf.height == 0:
+            continue
+        # the rivals: Confidence's threshold settings (not its factor rule) and every topk setting
+        rivals = part.filter(((pl.col("decoder") == "confidence") & ~pl.col("label").str.contains("factor"))
+                             | (pl.col("decoder") == "topk"))
+        mine = part.filter(pl.col("decoder") == "rps")
+        pool = mine.select("label", "accuracy", "tpf").vstack(rivals.select("label", "accuracy", "tpf"))
+        flags = front_flags([(r["accuracy"], r["tpf"]) for r in pool.iter_rows(named=True)], ACCURACY_TPF)
+        front = tuple(label for label, flag in zip(pool["label"][:mine.height], flags) if flag)
+        r, c = rps.row(0, named=True), conf.row(0, named=True)
+        out.append(Versus(task, (r["accuracy"], r["mean_nfe"]), (c["accuracy"], c["mean_nfe"]), floor[task][0], front))
+    return out
+
+
 def plot(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]], path: Path) -> Path:
     tasks = sorted(floor)
     cols = 5
@@ -117,6 +159,26 @@ def to_markdown(best: list[Best], pbx) -> str:
     return "\n".join(out) + "\n"
 
 
+def versus_markdown(rows: list[Versus], pbx) -> str:
+    """The RPS-against-Confidence table of floors.md, with the two decoders' PB90."""
+    out = ["| operation | floor | RPS accuracy % / NFE | Confidence (tau 0.9) accuracy % / NFE | RPS NFE / "
+           "Confidence NFE | RPS NFE / floor | RPS settings on the accuracy-TPF front |", "|---|---|---|---|---|---|---|"]
+    for v in rows:
+        ratio = "-" if v.nfe_ratio is None else f"{v.nfe_ratio:.2f}"
+        front = ", ".join(v.on_front) or "none"
+        out.append(f"| {v.task.split('/')[-1]} | {v.floor:.2f} | {v.rps[0]:.1f} / {v.rps[1]:.2f} | "
+                   f"{v.confidence[0]:.1f} / {v.confidence[1]:.2f} | {ratio} | {v.rps[1] / v.floor:.2f} | {front} |")
+    widest = {}
+    for r in pbx:
+        if r.decoder in ("rps", "confidence") and (r.decoder not in widest or len(r.tasks) > len(widest[r.decoder].tasks)):
+            widest[r.decoder] = r
+    pb = {d: "-" if r.pbx[90] is None else f"{r.pbx[90]:.2f}" for d, r in widest.items()}
+    out += ["", f"PB90 over the operations: RPS {pb.get('rps', '-')}, Confidence {pb.get('confidence', '-')}. "
+                "(RPS NFE / Confidence NFE is shown where the two accuracies are within 1 point; the front is "
+                "RPS's settings against Confidence's threshold settings and every `topk` setting.)"]
+    return "\n".join(out) + "\n"
+
+
 def floor_report(store: str | Path, experiment: str = "lines", out: str | Path = "results/floors") -> Path:
     """Write floors.png and floors.md for `experiment` of the store into `out`; returns the Markdown path."""
     records = ResultStore(store, experiment).read()
@@ -131,7 +193,9 @@ def floor_report(store: str | Path, experiment: str = "lines", out: str | Path =
     out.mkdir(parents=True, exist_ok=True)
     plot(cells, floor, out / "floors.png")
     md = out / "floors.md"
-    md.write_text(to_markdown(best_settings(cells, floor), build_pbx(cells)))
+    pbx = build_pbx(cells)
+    md.write_text(to_markdown(best_settings(cells, floor), pbx) + "\n## RPS against Confidence\n\n"
+                  + versus_markdown(versus(cells, floor), pbx))
     return md
 
 

@@ -33,13 +33,13 @@ def test_floor_report(tmp_path):
     _cell(st, "confidence", {"tau": 0.9}, SHUFFLE, 6, [t] * 10 + [f] * 10, shuffle_floor)
     _cell(st, "rps", {}, SHUFFLE, 9, [t] * 18 + [f] * 2, shuffle_floor)  # 90 %: the most accurate but default
     md = floor_report(tmp_path, "lines", tmp_path / "out")
-    text = md.read_text()
+    text = md.read_text().split("## RPS against Confidence")[0]
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
     assert rows["copy"][1].startswith("confidence") and rows["copy"][3:6] == ["2.00", "1.00", "2.00 |"]
     # shuffle: default's 95 % at 32 forwards is the only setting at >= 95 %; floor 4.5 on average
     assert rows["shuffle"][1] == "default" and rows["shuffle"][4] == "4.50" and rows["shuffle"][5] == "7.11 |"
     assert (tmp_path / "out" / "floors.png").stat().st_size > 10_000
-    pb = {line.split(" | ")[0].strip("| "): line for line in text.split("| decoder |")[1].splitlines()[2:]}
+    pb = {line.split(" | ")[0].strip("| "): line for line in text.split("| decoder |")[1].splitlines()[2:] if line}
     assert set(pb) == {"default", "confidence", "rps"}
 
 
@@ -50,3 +50,31 @@ def test_only_default_missing_leaves_no_floor_mark_and_empty_store_is_one_line(t
     st.append([rep.record("c", "default", {}, "arith", 32, "s0", random.Random(0), experiment="arith-only")])
     with pytest.raises(RippleError, match="no task with a floor"):
         floor_report(tmp_path, "arith-only", tmp_path / "out")
+
+
+def test_rps_against_confidence(tmp_path):
+    """For each operation with free choices: RPS's NFE over Confidence (tau 0.9)'s only where their
+    accuracies are within a point, which RPS settings no Confidence threshold or topk setting dominates
+    in accuracy and TPF, and the two decoders' PB90; copy (floor 1) is not listed."""
+    st = ResultStore(tmp_path, "lines")
+    t, f = True, False
+    rnd, shuffle_floor = [2] * 20, [3, 4, 5, 6] * 5
+    _cell(st, "default", {}, "lines/insert_random", 32, [t] * 20, rnd)
+    _cell(st, "confidence", {"tau": 0.9}, "lines/insert_random", 4, [t] * 20, rnd)
+    _cell(st, "rps", {}, "lines/insert_random", 3, [t] * 20, rnd)  # same accuracy, 3 / 4 of the forwards
+    _cell(st, "default", {}, SHUFFLE, 32, [t] * 20, shuffle_floor)
+    _cell(st, "confidence", {"tau": 0.9}, SHUFFLE, 6, [t] * 10 + [f] * 10, shuffle_floor)
+    _cell(st, "confidence", {"factor": 1.9}, SHUFFLE, 2, [t] * 20, shuffle_floor)  # the factor rule is no rival
+    _cell(st, "rps", {}, SHUFFLE, 9, [t] * 18 + [f] * 2, shuffle_floor)
+    _cell(st, "topk", {"k": 4}, SHUFFLE, 8, [t] * 18 + [f] * 2, shuffle_floor)  # as accurate, fewer forwards
+    _cell(st, "rps", {"tau": 0.7}, SHUFFLE, 3, [t] * 14 + [f] * 6, shuffle_floor)  # the most tokens per forward
+    _cell(st, "default", {}, COPY, 32, [t] * 20, [1] * 20)
+    _cell(st, "rps", {}, COPY, 2, [t] * 20, [1] * 20)
+    _cell(st, "confidence", {"tau": 0.9}, COPY, 2, [t] * 20, [1] * 20)
+    text = floor_report(tmp_path, "lines", tmp_path / "out").read_text().split("## RPS against Confidence")[1]
+    rows = {line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ") for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| operation")}
+    assert set(rows) == {"insert_random", "shuffle"}
+    assert rows["insert_random"][1:] == ["2.00", "100.0 / 3.00", "100.0 / 4.00", "0.75", "1.50", "rps"]
+    assert rows["shuffle"][1:] == ["4.50", "90.0 / 9.00", "50.0 / 6.00", "-", "2.00", "rps(tau=0.7)"]
+    assert "PB90 over the operations: RPS" in text and "Confidence" in text

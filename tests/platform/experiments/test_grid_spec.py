@@ -19,8 +19,9 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "diffusion-gemma", "fast-dllm-v2", "field", "kv-cache", "length-robustness", "llada2",
-                              "llada2.1", "paper-table1", "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
+    assert shipped_specs() == ["demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "kv-cache",
+                              "length-robustness", "lines", "llada2", "llada2.1", "paper-table1", "parallelbench",
+                              "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -191,7 +192,7 @@ def test_malformed_spec_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, 
 def test_missing_and_unreadable_spec_files(tmp_path, capsys):
     assert main(["grid", str(tmp_path / "nope.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, diffusion-gemma, fast-dllm-v2, field, kv-cache" in err
+    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, demo-lines, diffusion-gemma, fast-dllm-v2, field, kv-cache" in err
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     assert main(["grid", str(tmp_path / "binary.yaml")]) == 2
     err = capsys.readouterr().err
