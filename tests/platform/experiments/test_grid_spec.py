@@ -7,7 +7,7 @@ import pytest
 
 from ripple.errors import RippleError
 from ripple.cli import main
-from ripple.decoders import names
+from ripple.decoders import decoders_for, names
 from ripple.platform.experiments.spec import load_spec, parse_spec, shipped_specs
 from ripple.tasks import task_names
 
@@ -48,6 +48,20 @@ def test_shipped_specs_have_the_issue_contents():
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
     assert {(c.gen_length, c.block_length, c.limit) for c in demo.cells} == {(48, 16, 30)}
+    lines = load_spec("lines")  # every decoder on the ten waiting-line operations, 200 problems, gen = block = 32
+    ops = {c.task for c in lines.cells}
+    assert len(ops) == 10 and all(t.startswith("lines/") for t in ops) and {c.model for c in lines.cells} == {
+        "ripple-tiny-lines"}
+    assert {(c.gen_length, c.block_length, c.limit) for c in lines.cells} == {(32, 32, 200)}
+    assert set(decoders_for("mask")) <= {c.decoder for c in lines.cells}
+    topk = {(dict(c.params)["rank"], dict(c.params)["k"]) for c in lines.cells if c.decoder == "topk"}
+    assert topk == {(r, k) for r in ("confidence", "margin", "entropy", "random") for k in (1, 2, 4, 8)}
+    conf = {(dict(c.params)["tau"], dict(c.params)["factor"]) for c in lines.cells if c.decoder == "confidence"}
+    assert conf == {(t, 0.0) for t in (0.5, 0.7, 0.9, 1.0)} | {(0.9, f) for f in (1.0, 1.9)}
+    assert {dict(c.params)["tau"] for c in lines.cells if c.decoder == "rps"} == {0.9, 0.7, 0.5}
+    demo_lines = load_spec("demo-lines")
+    assert {c.task for c in demo_lines.cells} == {"lines/copy", "lines/insert_random", "lines/shuffle"}
+    assert sorted({c.label() for c in demo_lines.cells}) == ["confidence", "default", "rps", "topk(k=4)"]
 
     table = load_spec("paper-table1")
     assert sorted({c.model for c in table.cells}) == sorted(PAPER_MODELS)

@@ -45,7 +45,7 @@ def test_the_data_stream_follows_the_mix_and_never_repeats_an_index():
 
 
 def _cmd(out):
-    return [sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(out), "--preset", "micro", "--steps", "300"]
+    return [sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(out), "--preset", "micro", "--steps", "150"]
 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
@@ -60,7 +60,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
     proc.wait()
     assert state.exists() and not (tmp_path / "a" / "model.safetensors").exists(), "kill came too late to test resume"
     step_at_kill = torch.load(state, weights_only=False)["step"]
-    assert 0 < step_at_kill < 300
+    assert 0 < step_at_kill < 150
     resumed = subprocess.run(_cmd(tmp_path / "a"), capture_output=True, text=True, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming at step {step_at_kill}" in resumed.stdout
