@@ -21,10 +21,10 @@ test: .venv/.ready
 	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # demo.yaml, then demo-lines.yaml (ripple-tiny-lines) through the grid path (Ray workers, result store in ./results,
-# MLflow: `ripple ui`), then the leaderboard of that store (./results/leaderboard/leaderboard.html; its path is printed)
+# MLflow: `ripple ui`; demo-lines without MLflow, to keep the demo under 3.5 minutes), then the leaderboard of that store (./results/leaderboard/leaderboard.html; its path is printed)
 demo: .venv/.ready
 	$(PY) -m ripple.cli grid demo --fresh
-	$(PY) -m ripple.cli grid demo-lines --fresh
+	$(PY) -m ripple.cli grid demo-lines --fresh --no-tracking
 	$(PY) -m ripple.cli leaderboard
 
 bench: .venv/.ready
