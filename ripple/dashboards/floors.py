@@ -141,6 +141,15 @@ def plot(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]], path
     return path
 
 
+def _widest(pbx) -> dict:
+    """Per decoder, its PBx row over the most tasks (over all of them, where it has several rows)."""
+    widest = {}
+    for r in pbx:
+        if r.decoder not in widest or len(r.tasks) > len(widest[r.decoder].tasks):
+            widest[r.decoder] = r
+    return widest
+
+
 def to_markdown(best: list[Best], pbx) -> str:
     out = [f"| operation | best setting (accuracy >= {TARGET:g} %, fewest forwards) | accuracy % | mean NFE | "
            "floor | NFE / floor |", "|---|---|---|---|---|---|"]
@@ -149,11 +158,7 @@ def to_markdown(best: list[Best], pbx) -> str:
         out.append(f"| {b.task.split('/')[-1]} | {label} | {b.accuracy:.1f} | {b.mean_nfe:.2f} | {b.floor:.2f} | "
                    f"{b.ratio:.2f} |")
     out += ["", "| decoder | configurations | PB90 | PB80 |", "|---|---|---|---|"]
-    widest = {}
-    for r in pbx:  # per decoder, its row over all its tasks
-        if r.decoder not in widest or len(r.tasks) > len(widest[r.decoder].tasks):
-            widest[r.decoder] = r
-    for r in widest.values():
+    for r in _widest(pbx).values():
         shown = ["-" if r.pbx[x] is None else f"{r.pbx[x]:.2f}" for x in (90, 80)]
         out.append(f"| {r.decoder} | {len(r.configs)} | {shown[0]} | {shown[1]} |")
     return "\n".join(out) + "\n"
@@ -168,11 +173,8 @@ def versus_markdown(rows: list[Versus], pbx) -> str:
         front = ", ".join(v.on_front) or "none"
         out.append(f"| {v.task.split('/')[-1]} | {v.floor:.2f} | {v.rps[0]:.1f} / {v.rps[1]:.2f} | "
                    f"{v.confidence[0]:.1f} / {v.confidence[1]:.2f} | {ratio} | {v.rps[1] / v.floor:.2f} | {front} |")
-    widest = {}
-    for r in pbx:
-        if r.decoder in ("rps", "confidence") and (r.decoder not in widest or len(r.tasks) > len(widest[r.decoder].tasks)):
-            widest[r.decoder] = r
-    pb = {d: "-" if r.pbx[90] is None else f"{r.pbx[90]:.2f}" for d, r in widest.items()}
+    pb = {d: "-" if r.pbx[90] is None else f"{r.pbx[90]:.2f}" for d, r in _widest(pbx).items()
+          if d in ("rps", "confidence")}
     out += ["", f"PB90 over the operations: RPS {pb.get('rps', '-')}, Confidence {pb.get('confidence', '-')}. "
                 "(RPS NFE / Confidence NFE is shown where the two accuracies are within 1 point; the front is "
                 "RPS's settings against Confidence's threshold settings and every `topk` setting.)"]

@@ -576,16 +576,13 @@ class _Run:
         past, o0, opened = None, 0, rows  # opened: the rows the opening forward computes
         if prev is not None:
             o0 = bs - L
-            past_kv, past_rows = prev
-            past = past_kv if len(past_rows) == len(rows) else \
-                past_kv.select(torch.tensor([past_rows[r] for r in rows], device=e.device))
+            past = _kv_rows(*prev, rows, e.device)
         pre = self._prefill(rows, bs) if blk == 0 and self.prefills else None
         if pre is not None:  # the opening computes the block against the prompt's blocks' keys
             o0 = bs
             # a block that starts with a mask opens from the prefill's last row: no opening forward
             opened = [r for r in rows if self.starts[r] > bs] if self.head else rows
-            past = pre[1] if len(opened) == len(rows) else \
-                pre[1].select(torch.tensor([rows.index(r) for r in opened], dtype=torch.long, device=e.device))
+            past = _kv_rows(pre[1], {r: i for i, r in enumerate(rows)}, opened, e.device)
         # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before)
         want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0)]
                          + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
@@ -920,6 +917,13 @@ class _Window:
     next: bool  # also compute the next block's rows (the decoder needs rows beyond the block)
     extent: int  # the forward's canvas is columns [0, extent)
     causal: int | None  # block length of block-causal attention (None: bidirectional)
+
+
+def _kv_rows(kv, index: dict[int, int], rows: list[int], device: torch.device):
+    """A cache (whose batch row of run row r is index[r]) for `rows` only; no copy when they are all of it."""
+    if len(rows) == len(index):
+        return kv
+    return kv.select(torch.tensor([index[r] for r in rows], dtype=torch.long, device=device))
 
 
 def _with_prefill(rows, opened, pre, logits, kv, n_rows: int, be: int):
