@@ -214,6 +214,8 @@ class Engine:
         if mask_id is None and self.noise == "mask":
             raise RippleError(f"{self.family} is a mask-noise family but no mask id was given")
         self.mask_id = -1 if mask_id is None else int(mask_id)  # -1: a uniform-noise family has none
+        # the ids that end a response (stops, "generated tokens"): a loaded model's are its family's
+        # declared stop ids (`Family.stop_ids`), so a token the family's reference treats as text never stops it
         self.eos_ids = tuple(int(e) for e in eos_ids)
         self.pad_id = int(pad_id)
         self.max_positions = max_positions

@@ -40,7 +40,7 @@ class LoadedModel:
     path: Path
     model_type: str
     mask_id: int | None  # None only for a uniform-noise family (no mask token)
-    eos_ids: tuple[int, ...]  # every end-of-sequence / end-of-turn id
+    eos_ids: tuple[int, ...]  # the ids that end a response, by the family's `stop_ids` rule
     pad_id: int
     max_positions: int
     device: torch.device
@@ -341,9 +341,11 @@ def _added_mask_id(path: Path, tokenizer) -> int | None:
     return found[0] if found else None
 
 
-def special_ids(cfg: dict, path: Path, tokenizer, needs_mask: bool = True) -> tuple[int | None, tuple[int, ...], int]:
-    """mask id (None when not `needs_mask` and none is named: a uniform-noise family), end-of-sequence
-    ids and pad id, from config files and the tokenizer."""
+def special_ids(cfg: dict, path: Path, tokenizer, needs_mask: bool = True,
+                stop_rule: str = "every") -> tuple[int | None, tuple[int, ...], int]:
+    """mask id (None when not `needs_mask` and none is named: a uniform-noise family), the ids that
+    end a response by the family's `stop_rule` (family.STOP_RULES) and pad id, from config files and
+    the tokenizer."""
     mask_id = cfg.get("mask_token_id")
     if mask_id is None and tokenizer is not None:
         mask_id = tokenizer.mask_token_id
@@ -351,27 +353,28 @@ def special_ids(cfg: dict, path: Path, tokenizer, needs_mask: bool = True) -> tu
         mask_id = _added_mask_id(path, tokenizer)
     if mask_id is None and needs_mask:
         raise RippleError(f"checkpoint {path}: no mask_token_id in config.json nor a mask token in the tokenizer")
-    eos = _as_ids(cfg.get("eos_token_id"))
     gen_cfg, gen = path / "generation_config.json", {}
     if gen_cfg.exists():
         try:
             gen = json.loads(gen_cfg.read_text())
         except json.JSONDecodeError:
             raise RippleError(f"checkpoint {path}: generation_config.json is not valid JSON") from None
-        eos += _as_ids(gen.get("eos_token_id"))
+    named = {"config": _as_ids(cfg.get("eos_token_id")), "generation_config": _as_ids(gen.get("eos_token_id"))}
+    every = named["config"] + named["generation_config"]
     if tokenizer is not None:
-        eos += _as_ids(tokenizer.eos_token_id)
+        every += _as_ids(tokenizer.eos_token_id)
         vocab = tokenizer.get_vocab()
-        eos += [vocab[n] for n in _END_OF_TURN_NAMES if n in vocab]
-    eos_ids = tuple(dict.fromkeys(e for e in eos if e != mask_id))
+        every += [vocab[n] for n in _END_OF_TURN_NAMES if n in vocab]
+    every = [e for e in dict.fromkeys(every) if e != mask_id]
+    stops = [e for e in dict.fromkeys(named.get(stop_rule, [])) if e != mask_id] or every
     pad = cfg.get("pad_token_id")
     if pad is None:
         pad = gen.get("pad_token_id")
     if pad is None and tokenizer is not None:
         pad = tokenizer.pad_token_id
     if pad is None:
-        pad = eos_ids[0] if eos_ids else 0
-    return None if mask_id is None else int(mask_id), eos_ids, int(pad)
+        pad = every[0] if every else 0
+    return None if mask_id is None else int(mask_id), tuple(stops), int(pad)
 
 
 def block_aligned(name: str, gen_length: int, block_length: int) -> bool:
@@ -456,9 +459,8 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", tokenizer: 
     model.eval().requires_grad_(False)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)
-    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask")
-    if family.noise == "uniform":  # its generate stops on the generation config's list alone
-        eos_ids = tuple(_as_ids(generation_defaults(str(path)).get("eos_token_id"))) or eos_ids
+    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask",
+                                           stop_rule=family.stop_ids)
     return LoadedModel(
         model=model, name=name, path=path, model_type=family.name, mask_id=mask_id, eos_ids=eos_ids,
         pad_id=pad_id, max_positions=family.max_positions(cfg), device=dev, dtype=dt,

@@ -36,7 +36,7 @@ def _mask(q_pos: torch.Tensor, k_pos: torch.Tensor, B: int) -> torch.Tensor:
 def test_family_facts_from_the_checkpoint(v2):
     cfg, m = v2.model.cfg, v2.model
     assert v2.model_type == "fast_dllm_v2" and v2.mask_id == 150  # |<MASK>| from added_tokens.json
-    assert v2.eos_ids == (151, 152) and v2.pad_id == 151
+    assert v2.eos_ids == (151,) and v2.pad_id == 151  # config.json's eos_token_id alone stops it (stop_ids)
     assert (cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.mlp_hidden) == (64, 4, 2, 16, 96)
     assert cfg.qkv_bias and not cfg.out_bias and cfg.rotary_dim == cfg.head_dim and cfg.rope_theta == 1e6
     assert m.block_causal and m.shift == 1 and m.opening_commit and m.eos_stops_mid_block and not m.stops_at_eos
@@ -208,6 +208,50 @@ def test_stop_rule_ends_at_the_stop_without_another_forward(v2):
     stop = on.tokens.index(151)
     assert on.tokens[:stop + 1] == off.tokens[:stop + 1] and on.nfe < off.nfe
     assert set(on.tokens[stop:]) == {151} and 150 not in off.tokens
+
+
+def test_endoftext_mid_response_is_text_the_stop_token_alone_ends_it(golden, capsys):
+    """The reference's `generate` stops on its stop_token (config.json's eos_token_id, 151 `<|im_end|>`);
+    152 `<|endoftext|>`, which generation_config.json also lists, is an ordinary token to it. A run of the
+    reference code (run_chatbot's geometry: block 32, sub-block 8, threshold 0.9, no block cache, 64 new
+    tokens) commits 152 at response position 8 and goes on to its stop at 33 in 31 forwards."""
+    prompt = [111, 142, 50, 37, 45, 139, 47, 84, 125, 18, 140, 0, 103]
+    reference = [93, 50, 139, 101, 104, 147, 80, 80, 152, 1, 1, 145, 125, 27, 114, 56, 11, 11, 11, 49, 108, 57,
+                 134, 68, 66, 32, 123, 1, 80, 110, 115, 80, 9, 151]
+    args = {"threshold": 0.9, "block_size": 32, "small_block_size": 8, "use_block_cache": False}
+    G = (64 // 32) * 32 - len(prompt) % 32  # 51: the two blocks from the prompt on
+    assert main(_argv(golden, prompt, args, G)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokens"][:len(reference)] == reference and set(out["tokens"][len(reference):]) == {151}
+    assert out["nfe"] == 31 and out["generated_tokens"] == len(reference) - 1  # the tokens before the stop
+    # without --stop-at-eos the same tokens up to the stop, and generated tokens still end at the stop id
+    argv = _argv(golden, prompt, args, G)
+    argv.remove("--stop-at-eos")
+    assert main(argv) == 0
+    free = json.loads(capsys.readouterr().out)
+    assert free["tokens"][:len(reference)] == reference and free["generated_tokens"] == len(reference) - 1
+    assert free["nfe"] > 31
+
+
+def test_stop_ids_are_each_family_s_declared_rule(golden):
+    """`stop_ids` by name: Fast-dLLM v2 stops on config.json's eos_token_id, DiffusionGemma on its
+    generation config's list, every other family on every end id the files name (unchanged); a rule whose
+    file names none falls back to every id, and an unknown rule is refused naming the accepted ones."""
+    from ripple.platform.runtime.loading import special_ids
+    from ripple.platform.runtime.models.family import Family, get_family
+
+    assert {t: get_family(t).stop_ids for t in ("llada", "dream", "llada2_moe", "sdar", "fast_dllm_qwen",
+                                                 "diffusion_gemma")} == {
+        "llada": "every", "dream": "every", "llada2_moe": "every", "sdar": "every", "fast_dllm_qwen": "config",
+        "diffusion_gemma": "generation_config"}
+    path = golden / NAME
+    cfg = json.loads((path / "config.json").read_text())
+    assert [special_ids(cfg, path, None, stop_rule=r)[1] for r in ("every", "config", "generation_config")] == [
+        (151, 152), (151,), (151, 152)]
+    unnamed = {k: v for k, v in cfg.items() if k != "eos_token_id"}
+    assert special_ids(unnamed, path, None, stop_rule="config")[1] == (151, 152)  # generation_config.json's
+    with pytest.raises(ValueError, match="stop_ids 'eos' is unknown; accepted: every, config, generation_config"):
+        Family("x", ("x",), 0, dict, str, bool, len, stop_ids="eos")
 
 
 # ---------------------------------------------------------------- batch_sample

@@ -446,4 +446,5 @@ DIFFUSION_GEMMA = register_family(Family(
     noise="uniform",
     module=DiffusionGemma,
     prompt_refusals=lambda cfg: _refusals(cfg.get("image_token_id")),
+    stop_ids="generation_config",  # its generate stops on the generation config's list alone
 ))

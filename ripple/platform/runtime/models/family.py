@@ -11,6 +11,11 @@ from ....errors import RippleError
 from .transformer import DiffusionTransformer
 
 NOISES = ("mask", "uniform")
+# which ids end a response (the engine's stops and its "generated tokens"), by name: `every`
+# end-of-sequence or end-of-turn id that config.json, generation_config.json and the tokenizer name;
+# `config`, config.json's eos_token_id alone; `generation_config`, that file's eos_token_id list alone.
+# A rule whose file names no id falls back to `every` (ripple/platform/runtime/loading.py applies them)
+STOP_RULES = ("every", "config", "generation_config")
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,14 @@ class Family:
     # Only the prompt is checked (before any weights load, and at the encoder's prompt columns); tokens
     # the model generated are text whatever their id, under every cache
     prompt_refusals: Callable[[dict[str, Any]], dict[int, tuple[str, str]]] = lambda cfg: {}
+    # the ids that end a response (a name in STOP_RULES): those the family's reference generate stops
+    # on, so a token it treats as text never ends a Ripple response early (Fast-dLLM v2: `config`)
+    stop_ids: str = "every"
 
     def __post_init__(self):
+        if self.stop_ids not in STOP_RULES:
+            raise ValueError(f"family {self.name!r}: stop_ids {self.stop_ids!r} is unknown; "
+                             f"accepted: {', '.join(STOP_RULES)}")
         if self.prefills_prompt_blocks and not self.block_causal:
             raise ValueError(f"family {self.name!r}: prefills_prompt_blocks needs block_causal (whole blocks)")
         if self.shift not in (0, 1) or (self.shift and not self.opening_commit):

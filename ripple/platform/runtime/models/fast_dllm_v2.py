@@ -15,9 +15,11 @@ last row: the reference's block-closing forward, which stores the finished block
 prefill when the prompt ends on a block boundary; Ripple's block-opening forward recomputes the
 finished block and reads that row, so the two are one forward), `prefills_prompt_blocks` (with a
 cache, the prompt's whole blocks get a forward of their own first, the reference's prefill, which
-yields no token when the prompt ends inside a block), and `eos_stops_mid_block` (with
+yields no token when the prompt ends inside a block), `eos_stops_mid_block` (with
 `stop_at_eos`, a row ends as soon as its response holds a stop id with no mask before it, the
-reference's stop rule). Its sub-blocks are the run setting `sub_block_length`, its threshold rule
+reference's stop rule) and `stop_ids` "config" (the stop id is config.json's eos_token_id,
+`<|im_end|>`, the reference's `stop_token`; `<|endoftext|>`, which generation_config.json also lists,
+is an ordinary token to it). Its sub-blocks are the run setting `sub_block_length`, its threshold rule
 is `confidence` with tau = its threshold, and its block cache (`use_block_cache`) is `dual`.
 Where the reference is wrong Ripple is not (docs/models.md): a prompt exactly one block long is
 read, and batches equal single runs.
@@ -63,4 +65,5 @@ FAST_DLLM_V2 = register_family(Family(
     block_causal=True,
     eos_stops_mid_block=True,
     prefills_prompt_blocks=True,
+    stop_ids="config",
 ))
