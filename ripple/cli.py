@@ -163,8 +163,11 @@ def add_store_args(p: argparse.ArgumentParser) -> None:
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     """The decoder, its settings and the run's shape, as generate and eval take them."""
-    p.add_argument("--decoder", required=True, help="a registered decoder (`ripple decoders` lists them with their "
-                   "hyperparameters)")
+    # the default is the API's (ripple/decoders/registry.py DEFAULT_DECODER, default_decoder); named here
+    # without importing the decoders, whose modules cost every command's start-up (a test keeps the two equal)
+    p.add_argument("--decoder", default=None, help="a registered decoder (`ripple decoders` lists them with their "
+                   "hyperparameters; default: rps, or the family's own where RPS cannot decode it: renoise on a "
+                   "uniform-noise family)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="decoder hyperparameter, repeatable (e.g. --set tau=0.9)")
     p.add_argument("--gen-length", type=int, default=None, help="response positions (default: the task's own for "

@@ -120,6 +120,16 @@ def test_a_decoder_argument_that_is_no_decoder_is_one_line():
         ripple.generate("ripple-tiny", [], "default")
 
 
+def test_without_a_decoder_the_family_decides_and_settings_go_to_that_decoder(golden):
+    from ripple.platform.experiments.calls import resolve_decoder
+
+    assert resolve_decoder(None, "ripple-tiny").name == "rps"
+    assert resolve_decoder(None, "ripple-tiny", {"tau": 0.8}).params.tau == 0.8
+    assert resolve_decoder(None, golden / "diffusion-gemma-tiny").name == "renoise"
+    with pytest.raises(RippleError, match="rps hyperparameter tau=2.0 is invalid"):
+        resolve_decoder(None, "ripple-tiny", {"tau": 2})
+
+
 # ---------------------------------------------------------------------------- shape
 ROOT = Path(ripple.__file__).parent
 

@@ -1,4 +1,6 @@
-"""Bad input: one clear line on stderr, exit status 2, nothing on stdout, no traceback."""
+"""Bad input: one clear line on stderr, exit status 2, nothing on stdout, no traceback; and what the
+command runs when a setting is left out (the decoder: the API's default)."""
+import json
 import subprocess
 import sys
 
@@ -154,3 +156,45 @@ def test_help_names_every_shipped_spec(capsys, command):
     text = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # undo argparse's wrapping
     for name in shipped_names(GRIDS_DIR if command == "grid" else SPECS_DIR):
         assert name in text, name
+
+
+# ---------------------------------------------------------------------------- the default decoder
+def test_generate_and_eval_without_decoder_run_the_api_s_default(capsys):
+    """No --decoder: the decoder `ripple.generate` / `ripple.evaluate` run without one (RPS on ripple-tiny),
+    the same tokens and the same cell."""
+    import ripple
+    from ripple.decoders import DEFAULT_DECODER
+
+    assert main(["generate", "--model", "ripple-tiny", "--prompt", "1+1=", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    api = ripple.generate("ripple-tiny", "1+1=")
+    assert printed["decoder"] == api.decoder == DEFAULT_DECODER == "rps"
+    assert (printed["tokens"], printed["params"], printed["nfe"]) == (list(api.tokens), api.params, api.nfe)
+    assert main(["eval", "--model", "ripple-tiny", "--task", "arith", "--limit", "5", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    cell = ripple.evaluate("ripple-tiny", "arith", limit=5)
+    assert summary["decoder"] == cell.decoder == "rps" and summary["n"] == cell.n == 5
+    assert (summary["params"], summary["accuracy"], summary["mean_nfe"]) == (cell.params, cell.accuracy, cell.mean_nfe)
+
+
+def test_without_decoder_a_uniform_noise_family_runs_its_own(golden, capsys):
+    """RPS decodes mask families only: on DiffusionGemma the default is renoise, from the command and the API."""
+    import ripple
+
+    model = str(golden / "diffusion-gemma-tiny")
+    assert main(["generate", "--model", model, "--input-ids", "5,6,7", "--device", "cpu", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    api = ripple.generate(model, [5, 6, 7], device="cpu")
+    assert printed["decoder"] == api.decoder == "renoise" and printed["tokens"] == list(api.tokens)
+
+
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_help_names_the_default_decoder(capsys, command):
+    from ripple.decoders import DEFAULT_DECODER, default_decoder
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"default: {DEFAULT_DECODER}, or the family's own where RPS cannot decode it: "
+            f"{default_decoder('uniform')} on a uniform-noise family") in text
+    assert default_decoder("mask") == DEFAULT_DECODER

@@ -7,7 +7,8 @@ import importlib
 import pkgutil
 
 from .base import BlockState, Commit, Lookahead, Plan, Resolution, RunShape, Scheduler, CACHE_POLICIES  # noqa: F401
-from .registry import build, check_noise, decoders_for, get, is_registered, label, names, register  # noqa: F401
+from .registry import (  # noqa: F401
+    DEFAULT_DECODER, build, check_noise, decoders_for, default_decoder, get, is_registered, label, names, register)
 
 _INFRASTRUCTURE = {"base", "params", "registry"}
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):

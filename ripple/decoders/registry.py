@@ -133,6 +133,23 @@ def decoders_for(noise: str) -> list[str]:
     return [n for n in names() if _REGISTRY[n].noise == noise]
 
 
+# what `ripple generate` / `ripple eval` and `ripple.generate` / `ripple.evaluate` run when no decoder is
+# named: Ripple's headline decoder, on the families it can decode (`default_decoder`)
+DEFAULT_DECODER = "rps"
+
+
+def default_decoder(noise: str) -> str:
+    """The decoder a call naming none runs on a `noise` family: DEFAULT_DECODER where it decodes that kind
+    of family, else the first built-in one that does (renoise on uniform noise), so a call without a
+    decoder runs on every family; a plugin never becomes the default by installing itself."""
+    if get(DEFAULT_DECODER).noise == noise:
+        return DEFAULT_DECODER
+    own = [n for n in decoders_for(noise) if source(n) is None]
+    if not own:
+        raise RippleError(f"no built-in decoder decodes {noise}-noise families; name one with --decoder")
+    return own[0]
+
+
 def check_noise(decoder: str | Scheduler, family: str, noise: str) -> None:
     """Refuse, in one line naming what the model needs, a decoder (a registered name or a Scheduler)
     made for another kind of family (a mask decoder on a uniform-noise family, a renoising decoder on

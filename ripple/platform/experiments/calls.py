@@ -21,7 +21,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from ...decoders import Scheduler, check_noise, get, label
+from ...decoders import Scheduler, check_noise, default_decoder, get, label
 from ...errors import RippleError
 
 if TYPE_CHECKING:
@@ -66,14 +66,22 @@ def _setting_strings(cls: type[Scheduler], settings: Mapping[str, Any]) -> dict[
     return {(key if key in fields else by_field.get(key, key)): str(value) for key, value in settings.items()}
 
 
-def resolve_decoder(decoder: str | Scheduler | type[Scheduler], model: str | os.PathLike | LoadedModel,
+def resolve_decoder(decoder: str | Scheduler | type[Scheduler] | None, model: str | os.PathLike | LoadedModel,
                     settings: Mapping[str, Any] | None = None) -> Scheduler:
     """The decoder to run on `model`, checked before any weights load: a registered name with its
     settings (those not given come from the model's generation_config.json where the decoder reads it,
     `Scheduler.model_defaults`), a Scheduler subclass with its settings, or a Scheduler instance as it
-    is. A decoder made for another kind of family is refused in one line naming what the model needs.
-    A bad name or value is refused before torch is imported (a decoder module imports it on first use)."""
+    is; None is the default for the model's kind of family (`default_decoder`: RPS, renoise on uniform
+    noise), the one place `ripple generate` and `ripple eval` without --decoder take it from too.
+    A decoder made for another kind of family is refused in one line naming what the model needs.
+    A named decoder's bad name or value is refused before torch is imported (a decoder module imports it
+    on first use)."""
     settings = dict(settings or {})
+    source = _config_source(model)
+    if decoder is None:  # which one depends on the family: config.json is read first
+        from ..runtime.loading import config_noise
+
+        decoder = default_decoder(config_noise(source)[1])
     if isinstance(decoder, str):
         cls = get(decoder)
     elif isinstance(decoder, type) and issubclass(decoder, Scheduler):
@@ -93,7 +101,6 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler], model: str | os.
     built = decoder if cls is None else make(strings)
     from ..runtime.loading import config_noise, generation_defaults
 
-    source = _config_source(model)
     check_noise(built, *config_noise(source))
     defaults = {} if cls is None else cls.model_defaults(generation_defaults(source))
     return make({**defaults, **strings}) if defaults else built
@@ -213,13 +220,14 @@ class Generation:
                 "canvas_tps": self.canvas_tps, "edits": self.edits, "encoder_nfe": self.encoder_nfe, "seed": self.seed}
 
 
-def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] = "rps", *, gen_length: int | None = None,
+def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None = None, *, gen_length: int | None = None,
              block_length: int | None = None, cache: str | None = None, seed: int | None = None,
              chat: bool | str = False, trace: bool = False, dtype: str = "auto", device: str = "auto",
              stop_at_eos: bool = False, eos_early_stop: bool = False, block_align: str = "response",
              sub_block_length: int | None = None, **settings: Any) -> Generation | list[Generation]:
     """Decode one prompt (a text or token ids; a `Generation`) or a list of them (one engine call, a
-    list: the same tokens as one call each). `settings` are the decoder's hyperparameters."""
+    list: the same tokens as one call each). `decoder` None: RPS, or the family's own where RPS cannot
+    decode it (`resolve_decoder`). `settings` are the decoder's hyperparameters."""
     items, alone = _as_prompts(prompts)
     dec = resolve_decoder(decoder, model, settings)
     from ..runtime.engine import Engine
@@ -315,14 +323,15 @@ def check_limit(limit: int | None) -> None:
         raise RippleError(f"--limit must be a positive number of examples, got {limit}")
 
 
-def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] = "rps", *, limit: int | None = None,
+def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] | None = None, *, limit: int | None = None,
              data_dir: str | None = None, chat: bool | str = False, seed: int | None = None,
              gen_length: int | None = None, block_length: int | None = None, cache: str | None = None,
              dtype: str = "auto", device: str = "auto", stop_at_eos: bool = False, eos_early_stop: bool = False,
              block_align: str = "response", sub_block_length: int | None = None, progress: bool = False,
              on_sample: Callable[[SampleResult], None] | None = None, **settings: Any) -> Evaluation:
     """Decode and score the first `limit` test examples of `task`, one at a time (each example's seed
-    derives from `seed` and its id, as in grids). `settings` are the decoder's hyperparameters."""
+    derives from `seed` and its id, as in grids). `decoder` None: as in `generate`. `settings` are the
+    decoder's hyperparameters."""
     dec = resolve_decoder(decoder, model, settings)
     from ...tasks import get_task, task_class
     from ...tasks.prompting import chat_form
