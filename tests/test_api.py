@@ -92,18 +92,20 @@ def _bad_inputs(golden: Path, tmp: Path) -> list[list[str]]:
             ["generate", "--model", str(golden / "llada-tiny"), "--prompt", "hi", "--decoder", "default",
              "--gen-length", "8", "--block-length", "8"],
             ["generate", "--model", "ripple-tiny", "--input-ids", "5,6", "--chat", "--decoder", "default"],
-            ["generate", "--model", "ripple-tiny", "--prompt", "x", "--decoder", "renoise"]]
+            ["generate", "--model", "ripple-tiny", "--prompt", "x", "--decoder", "renoise"],
+            ["generate", "--model", "ripple-tiny", "--prompt", "", "--decoder", "rps"]]
     evals = [["eval", "--model", "ripple-tiny", "--task", "arith", "--decoder", "default", "--limit", "0"],
              ["eval", "--model", "ripple-tiny", "--task", "arithm", "--decoder", "default"],
              ["eval", "--model", "ripple-tiny", "--task", "arith", "--decoder", "confidence", "--gen-length", "30",
-              "--block-length", "8"]]
+              "--block-length", "8"],
+             ["eval", "--model", str(golden / "llada-tiny"), "--task", "arith", "--decoder", "default"]]
     grids = [["grid", "no-such-spec"], ["grid", "demo", "--limit", "0"], ["grid", "demo", "--workers", "0"]]
     return gen + evals + grids
 
 
 def test_every_bad_input_the_command_refuses_raises_the_same_line_from_the_api(golden, tmp_path, capsys):
     cases = _bad_inputs(golden, tmp_path)
-    assert len(cases) == len(GENERATE_CASES) + 14
+    assert len(cases) == len(GENERATE_CASES) + 16
     for argv in cases:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
@@ -118,6 +120,31 @@ def test_a_decoder_argument_that_is_no_decoder_is_one_line():
         ripple.generate("ripple-tiny", "1+1=", 42)
     with pytest.raises(RippleError, match="prompts takes a text, a list of token ids"):
         ripple.generate("ripple-tiny", [], "default")
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    """Loading weights fails the test: a refusal must come first."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the weights loaded before the bad input was refused")
+
+    monkeypatch.setattr("ripple.platform.runtime.loading.load_model", forbidden)
+
+
+@pytest.mark.parametrize("prompts,which", [("", "the prompt"), ([[]], "the prompt"), ([[5, 6], ""], "prompt 2 of 2"),
+                                           (["1+1=", []], "prompt 2 of 2"), ([[], "1+1="], "prompt 1 of 2")])
+def test_an_empty_prompt_raises_before_the_weights_load(no_load, prompts, which):
+    with pytest.raises(RippleError) as raised:
+        ripple.generate("ripple-tiny", prompts, "rps")
+    assert str(raised.value) == f"{which} is empty; a prompt needs at least one token (--prompt text or --input-ids)"
+
+
+def test_evaluate_checks_its_seed_and_the_tokenizer_before_the_weights_load(golden, no_load):
+    for seed in ("x", True, 1.5):
+        with pytest.raises(RippleError, match="seed must be an integer, got "):
+            ripple.evaluate("ripple-tiny", "arith", "default", limit=1, seed=seed)
+    with pytest.raises(RippleError, match="llada-tiny' has no tokenizer; tasks need one to build prompts$"):
+        ripple.evaluate(str(golden / "llada-tiny"), "arith", "default", limit=1)
 
 
 def test_without_a_decoder_the_family_decides_and_settings_go_to_that_decoder(golden):

@@ -158,6 +158,20 @@ def test_help_names_every_shipped_spec(capsys, command):
         assert name in text, name
 
 
+def test_an_empty_prompt_is_refused_before_the_model_loads(capsys, no_work):
+    """--prompt "" (text) and --input-ids "" (ids) are one line and exit 2; no weights load."""
+    empty = "ripple generate: error: the prompt is empty; a prompt needs at least one token (--prompt text or --input-ids)"
+    _refused(["generate", "--model", "ripple-tiny", "--prompt", "", "--decoder", "rps"], capsys, empty)
+    _refused(["generate", "--model", "ripple-tiny", "--prompt", ""], capsys, empty)  # without --decoder too
+    _refused(["generate", "--model", "ripple-tiny", "--input-ids", "", "--decoder", "rps"], capsys,
+             "--input-ids expects comma-separated token ids like 1,2,3, got ''")
+
+
+def test_eval_refuses_a_model_without_tokenizer_before_it_loads(golden, capsys, no_work):
+    _refused(["eval", "--model", str(golden / "llada-tiny"), "--task", "arith", "--decoder", "default"], capsys,
+             f"ripple eval: error: model '{golden / 'llada-tiny'}' has no tokenizer; tasks need one to build prompts")
+
+
 # ---------------------------------------------------------------------------- the default decoder
 def test_generate_and_eval_without_decoder_run_the_api_s_default(capsys):
     """No --decoder: the decoder `ripple.generate` / `ripple.evaluate` run without one (RPS on ripple-tiny),

@@ -352,7 +352,7 @@ def run_analysis(model: str, task_name: str, *, limit: int = 20, out_dir: str | 
 
     from ..decoders import build
     from ..platform.runtime.engine import Engine, GenerationConfig
-    from ..platform.runtime.loading import load_model
+    from ..platform.runtime.loading import load_model, require_tokenizer
     from ..tasks import get_task
     from ..tasks.prompting import encode_example
 
@@ -365,9 +365,8 @@ def run_analysis(model: str, task_name: str, *, limit: int = 20, out_dir: str | 
     config = GenerationConfig(gen_length, block_length, "none", stop_at_eos=False)
     task = get_task(task_name, data_dir=data_dir)
     examples = task.examples("test", limit)
+    require_tokenizer(model)  # before the weights load
     lm = load_model(model, dtype=dtype, device=device)
-    if lm.tokenizer is None:
-        raise RippleError(f"model {model!r} has no tokenizer; tasks need one to build prompts")
     engine = Engine.from_loaded(lm)
     decoder = build("default")
     started = time.perf_counter()

@@ -175,3 +175,13 @@ def test_bad_input_is_one_line_and_exit_2(argv, text, tmp_path, capsys):
     err = capsys.readouterr().err
     assert text in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_a_model_without_tokenizer_is_refused_before_its_weights_load(golden, monkeypatch, capsys):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the weights loaded before the model was refused")
+
+    monkeypatch.setattr("ripple.platform.runtime.loading.load_model", forbidden)
+    assert main(["analyze", "--model", str(golden / "llada-tiny"), "--task", "arith", "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"ripple analyze: error: model '{golden / 'llada-tiny'}' has no tokenizer; tasks need one to build prompts\n"

@@ -168,6 +168,23 @@ def refuse_ids(ids: Sequence[int], mask_id: int | None, vocab: int | None = None
         raise RippleError(f"--input-ids contains id {max(ids)}, outside the model's vocabulary of {vocab}")
 
 
+def refuse_empty(prompts: Sequence, ids: Sequence[Sequence[int]]) -> None:
+    """An empty prompt (the text "", no ids, or a text the tokenizer turns into none) in one line, before the
+    weights load: decoding continues a prompt, so it needs a token to continue."""
+    for i, (prompt, tokens) in enumerate(zip(prompts, ids)):
+        if not len(prompt) or not len(tokens):
+            which = "the prompt" if len(prompts) == 1 else f"prompt {i + 1} of {len(prompts)}"
+            raise RippleError(f"{which} is empty; a prompt needs at least one token (--prompt text or --input-ids)")
+
+
+def check_seed(seed: Any) -> int:
+    """The run's seed (None: 0), an integer."""
+    seed = 0 if seed is None else seed
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise RippleError(f"seed must be an integer, got {seed!r}")
+    return seed
+
+
 def prompt_ids(tokenizer, model: str, prompt: str | Sequence[int], chat: bool | str = False) -> list[int]:
     """A prompt's token ids, before the weights load: text through the tokenizer (and the chat template
     when `chat`), ids as given."""
@@ -237,9 +254,7 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None =
     config = decode_config(model, dec, gen_length=gen_length, block_length=block_length, cache=cache,
                            stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align,
                            sub_block_length=sub_block_length)
-    seed = 0 if seed is None else seed
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise RippleError(f"seed must be an integer, got {seed!r}")
+    seed = check_seed(seed)
     source = _config_source(model)
     given = [list(p) for p in items if not isinstance(p, str)]
     if given and chat:
@@ -250,6 +265,7 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None =
     loaded = hasattr(model, "tokenizer")
     tokenizer = model.tokenizer if loaded else load_tokenizer(resolve_model_dir(source))
     ids = [prompt_ids(tokenizer, source, p, chat) for p in items]  # all before the weights load
+    refuse_empty(items, ids)
     refuse_prompt_ids(source, ids)  # the user's prompts only (config.json read once)
     lm = model if loaded else load_model(source, dtype=dtype, device=device, tokenizer=tokenizer)
     for p in ids:
@@ -345,12 +361,17 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] | None
                            stop_at_eos=stop_at_eos, eos_early_stop=eos_early_stop, block_align=block_align,
                            sub_block_length=sub_block_length)
     check_limit(limit)
+    seed = check_seed(seed)
     form = chat_form(chat) or False
     the_task = get_task(task, data_dir=data_dir)
     the_task.examples("test", 1)  # read the data now: a missing dataset fails before the model loads
+    if not hasattr(model, "tokenizer"):  # a loaded model's is checked by evaluate_cell (nothing loads then)
+        from ..runtime.loading import require_tokenizer
+
+        require_tokenizer(str(model))
     lm = load(model, dtype=dtype, device=device)
     cell = evaluate_cell(lm, the_task, dec, config, limit=limit, progress=progress, chat=form, on_sample=on_sample,
-                         seed=0 if seed is None else seed)
+                         seed=seed)
     return evaluation(cell)
 
 

@@ -16,7 +16,7 @@ from ...decoders import Scheduler, label
 from ...tasks.base import cut_at_stops
 from ...tasks.prompting import encode_example
 from ..runtime.engine import Engine, GenerationConfig, SampleOutput
-from ..runtime.loading import LoadedModel
+from ..runtime.loading import TASKS_NEED_A_TOKENIZER, LoadedModel
 from .metrics import CellMetrics, cell_metrics
 
 
@@ -133,7 +133,7 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
     from ...errors import RippleError
 
     if lm.tokenizer is None:
-        raise RippleError(f"model {lm.name!r} has no tokenizer; tasks need one to build prompts")
+        raise RippleError(f"model {lm.name!r} has no tokenizer; {TASKS_NEED_A_TOKENIZER}")
     examples = task.examples(split, limit)
     engine = Engine.from_loaded(lm)
     settings = {"model": lm.name, "task": task.name, "decoder": label(decoder), "params": decoder.params.to_dict(),

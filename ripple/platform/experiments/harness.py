@@ -43,6 +43,7 @@ from ...tasks import gsm8k, humaneval, math500, mbpp
 from ...tasks.base import cut_at_stops
 from ...tasks.prompting import encode_text
 from ..runtime.engine import Engine, GenerationConfig
+from ..runtime.loading import require_tokenizer
 from .calls import decode_config, load, resolve_decoder
 from .evaluate import sample_seed
 
@@ -137,9 +138,8 @@ class RippleLM(LM):
         checked = check_model_args(**model_args)
         self.decoder, self.config, self.batch_size = checked.decoder, checked.config, checked.batch_size
         self.mc_num, self.mc_batch, self.seed = checked.mc_num, checked.mc_batch, checked.seed
+        require_tokenizer(checked.pretrained, "the harness sends text")  # before the weights load
         self.lm = load(checked.pretrained, dtype=checked.dtype, device=checked.device)
-        if self.lm.tokenizer is None:
-            raise RippleError(f"model {checked.pretrained!r} has no tokenizer; the harness sends text")
         self.tokenizer = self.lm.tokenizer
         self.engine = Engine.from_loaded(self.lm)
         self.stats: dict[str, list[SampleStats]] = {}  # task name -> its generated requests' stats

@@ -339,6 +339,7 @@ def parse_spec(raw: Any, where: str, default_experiment: str = "grid") -> GridSp
 class SpecParser:
     def __init__(self, where: str):
         self.where = where
+        self.kinds: dict[str, tuple[str, str]] = {}  # model -> (family, noise), where read here (`model`)
 
     def fail(self, message: str) -> RippleError:
         return RippleError(f"grid spec {self.where}: {message}")
@@ -422,6 +423,7 @@ class SpecParser:
             self.model(model)
         tasks = self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit"))
         decoders = self.decoders(raw["decoders"], models, [task for task, _, _ in tasks])
+        self.decoders_fit(models, decoders)
         gens = self.positive_ints(raw["gen_lengths"], "gen_lengths")
         blocks = self.positive_ints(raw["block_lengths"], "block_lengths")
         lengths = {task: (own.get("gen_lengths", gens), own.get("block_lengths", blocks))
@@ -467,6 +469,19 @@ class SpecParser:
         return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description,
                         self.batch_size(raw.get("batch_size", 1)), tuple(self.if_data))
 
+    def decoders_fit(self, models: list[str], decoders: list[tuple[type, dict, frozenset | None]]) -> None:
+        """Refuse a decoder entry on a model (embedded or local) whose kind of family it cannot decode (a
+        mask decoder on a uniform-noise family, renoise on a mask one) now, not in a worker after the load."""
+        from ...decoders import check_noise
+
+        for model in models:
+            for cls, _, only in decoders:
+                if model in self.kinds and (only is None or model in only):
+                    try:
+                        check_noise(cls, *self.kinds[model])
+                    except RippleError as exc:
+                        raise self.fail(f"model {model!r}: {exc}") from None
+
     def batch_size(self, value: Any) -> int:
         try:
             return check_batch_size(value, "'batch_size'")
@@ -474,21 +489,29 @@ class SpecParser:
             raise self.fail(str(exc)) from None
 
     def model(self, name: str) -> None:
-        """An embedded name, a local checkpoint directory (its config and weight files are checked
-        here, cheaply) or a hub id, which only the workers resolve: downloading 16 GB into the
-        driver just to validate would be wrong."""
-        from ..runtime.loading import EMBEDDED, read_config, weight_files
+        """An embedded name, a local checkpoint directory (its config, weight and tokenizer files are
+        checked here, cheaply: a worker would refuse them only after loading the weights) or a hub id,
+        which only the workers resolve: downloading 16 GB into the driver just to validate would be
+        wrong. The family's kind of noise is kept for `decoders_fit`."""
+        from ..runtime.loading import EMBEDDED, read_config, require_tokenizer, weight_files
         from ..runtime.models import get_family
 
         path = Path(name).expanduser()
         if name not in EMBEDDED and path.is_dir():
             try:
-                get_family(read_config(path)["model_type"])
+                family = get_family(read_config(path)["model_type"])
                 weight_files(path)
+                require_tokenizer(name)
             except RippleError as exc:
                 raise self.fail(str(exc)) from None
+            self.kinds[name] = (family.name, family.noise)
             return
-        if name in EMBEDDED or _HUB_ID.match(name):
+        if name in EMBEDDED:
+            if (EMBEDDED[name] / "config.json").exists():
+                family = get_family(read_config(EMBEDDED[name])["model_type"])
+                self.kinds[name] = (family.name, family.noise)
+            return
+        if _HUB_ID.match(name):
             return
         raise self.fail(f"model {name!r} not found: give a checkpoint directory, a hub id (org/name) "
                         f"or an embedded name: {', '.join(EMBEDDED)}")

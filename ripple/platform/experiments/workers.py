@@ -97,13 +97,12 @@ class SampleWorker:
         import torch
 
         from ..runtime.engine import Engine
-        from ..runtime.loading import load_model, weights_digest
+        from ..runtime.loading import load_model, require_tokenizer, weights_digest
 
         if threads:
             torch.set_num_threads(threads)  # a CPU worker uses exactly the cores it was given
+        require_tokenizer(model)  # a hub id's, which the spec could not check; before the weights load
         self.lm = load_model(model, dtype=dtype, device=device)
-        if self.lm.tokenizer is None:
-            raise RippleError(f"model {model!r} has no tokenizer; grid tasks need one to build prompts")
         self.engine = Engine.from_loaded(self.lm)
         self.data_dir = data_dir
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"

@@ -293,10 +293,24 @@ def _load_weights(model: nn.Module, files: list[Path], rename, tied: bool, devic
     model.load_state_dict(loaded, assign=True, strict=True)
 
 
+def has_tokenizer(path: Path) -> bool:
+    """Whether checkpoint `path` has tokenizer files (`load_tokenizer` returns None without them)."""
+    return any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"))
+
+
+TASKS_NEED_A_TOKENIZER = "tasks need one to build prompts"
+
+
+def require_tokenizer(name: str, why: str = TASKS_NEED_A_TOKENIZER) -> None:
+    """One line, before any weights load, when checkpoint `name` has no tokenizer files (`why` a run needs
+    them): a refusal after the load would have cost the load."""
+    if not has_tokenizer(resolve_model_dir(name)):
+        raise RippleError(f"model {name!r} has no tokenizer; {why}")
+
+
 def load_tokenizer(path: Path):
     """AutoTokenizer without remote code; fall back to tokenizer.json for custom classes."""
-    has_files = any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"))
-    if not has_files:
+    if not has_tokenizer(path):
         return None
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers import AutoTokenizer, PreTrainedTokenizerFast

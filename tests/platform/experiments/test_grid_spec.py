@@ -234,6 +234,34 @@ def test_a_broken_local_checkpoint_fails_before_ray_starts(tmp_path, capsys):
     assert not (tmp_path / "store").exists()
 
 
+def test_what_a_worker_would_refuse_after_loading_is_refused_before_ray_starts(golden, tmp_path, capsys):
+    """A decoder for another kind of family than a local or embedded model's, and a local model without
+    tokenizer files (tasks build prompts with it): one line from `ripple grid` and RippleError from Python."""
+    from tests.platform.runtime.checkpoints import gemma_with_tokenizer
+
+    gemma = gemma_with_tokenizer(golden, tmp_path / "dg")
+    cases = [(GOOD.replace("[default]", "[renoise]"), "model 'ripple-tiny': decoder 'renoise' decodes uniform-noise "
+              "families; llada is a mask-noise family: use a mask-noise decoder (default, confidence"),
+             (GOOD.replace("[ripple-tiny]", f"[{gemma}]"), f"model '{gemma}': decoder 'default' decodes mask-noise "
+              "families; diffusion_gemma is a uniform-noise family: use a uniform-noise decoder (renoise)"),
+             (GOOD.replace("[ripple-tiny]", f"[{golden / 'llada-tiny'}]"),
+              f"model '{golden / 'llada-tiny'}' has no tokenizer; tasks need one to build prompts")]
+    for n, (text, message) in enumerate(cases):
+        spec = tmp_path / f"s{n}.yaml"
+        spec.write_text(text)
+        assert main(["grid", str(spec), "--store", str(tmp_path / "store")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"ripple grid: error: grid spec {spec}: {message}"), err
+        with pytest.raises(RippleError, match="^grid spec"):
+            load_spec(str(spec))
+    assert not (tmp_path / "store").exists()
+    # a decoder entry restricted to the models it decodes is fine
+    both = parse_spec({"models": ["ripple-tiny", str(gemma)], "tasks": ["arith"], "gen_lengths": [16],
+                       "block_lengths": [16], "decoders": [{"name": "default", "models": ["ripple-tiny"]},
+                                                          {"name": "renoise", "models": [str(gemma)]}]}, "t")
+    assert sorted((c.model, c.decoder) for c in both.cells) == [(str(gemma), "renoise"), ("ripple-tiny", "default")]
+
+
 def test_batch_size_is_a_spec_key_and_a_flag_but_no_part_of_any_cell_id(tmp_path, capsys):
     base = {"models": ["ripple-tiny"], "tasks": ["arith"], "gen_lengths": [48], "block_lengths": [16],
             "decoders": ["confidence", "rps"]}

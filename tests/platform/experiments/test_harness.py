@@ -129,6 +129,19 @@ def test_bad_model_args_through_the_cli_are_one_line_and_exit_2():
     assert "Traceback" not in proc.stderr
 
 
+def test_a_model_without_tokenizer_is_refused_before_its_weights_load(golden, monkeypatch):
+    """The harness sends text: a checkpoint without tokenizer files is one line, and costs no load."""
+    from ripple.errors import RippleError
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the weights loaded before the model was refused")
+
+    monkeypatch.setattr("ripple.platform.runtime.loading.load_model", forbidden)
+    with pytest.raises(RippleError) as info:
+        RippleLM(pretrained=str(golden / "llada-tiny"), decoder="default", gen_length=8, block_length=8)
+    assert str(info.value) == f"model '{golden / 'llada-tiny'}' has no tokenizer; the harness sends text"
+
+
 def test_loglikelihood_rolling_is_refused_in_one_line():
     from ripple.errors import RippleError
 
