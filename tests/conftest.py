@@ -41,6 +41,15 @@ def harness_tasks(shared, tmp_path_factory):
     return {name: (task, prompts(task)) for name, task in tasks.items()}
 
 
+@pytest.fixture(scope="module")
+def ray_local():
+    """Ray started once for the module on loopback (as `ripple grid` would); each grid or sweep joins it."""
+    from tests.platform.gridtools import local_ray
+
+    with local_ray():
+        yield
+
+
 # The longest files of the fresh-clone CI run (2026-12-02, --durations): started first
 _LONGEST = ("test_grid_resume.py", "test_grid_faults.py", "test_grid.py", "test_leaderboard.py")
 

@@ -13,12 +13,14 @@ the default baseline's records on the same samples.
 Each trial evaluates one cell per task; cell ids follow the grid's scheme, so a re-run
 skips stored samples and `ripple report` lists the trials in its sensitivity table.
 Only the driver writes MLflow (one parent run per invocation, one child per trial), so
-one process owns the SQLite store. Outputs under STORE/EXPERIMENT/sweep/: the trial
+one process owns the SQLite store. A signal reaches the driver only: it stops as a grid does
+(the grid's `ray_driver`, exit 130 / 143), after stopping the trials through a `TrialGate`. Outputs under STORE/EXPERIMENT/sweep/: the trial
 table (sweep_results.csv) and the Pareto plot (pareto.png), also logged to the parent.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -30,8 +32,8 @@ from typing import Any
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.grid import (INTERVALS_NOTE, WorkerPool, connect_ray, model_digests, planned_rows,
-                                         pool_shape, root_cause, stream_items)
+from ..platform.experiments.grid import (INTERVALS_NOTE, Stopped, WorkerPool, model_digests, planned_rows, pool_shape,
+                                         ray_driver, root_cause, stream_items)
 from ..platform.experiments.metrics import CellMetrics, cell_metrics, self_baseline
 from ..platform.experiments.spec import Cell
 from ..platform.experiments.store import ResultStore, dumps
@@ -133,7 +135,7 @@ def _items(ctx: _Context, cells: tuple[Cell, ...]) -> list[WorkItem]:
     return [WorkItem(ctx.spec.experiment, ctx.sweep_id, c, ex) for c in cells for ex in ctx.examples[c.task]]
 
 
-def _evaluate(ctx: _Context, actors: list, cells: tuple[Cell, ...]) -> tuple[pl.DataFrame, int]:
+def _evaluate(ctx: _Context, actors: list, cells: tuple[Cell, ...], stop: Any = None) -> tuple[pl.DataFrame, int]:
     """Stream the cells' missing samples through the shared workers into the store; their records."""
     items = _items(ctx, cells)
     todo = [it for it in items if it.key not in ctx.done]
@@ -142,17 +144,28 @@ def _evaluate(ctx: _Context, actors: list, cells: tuple[Cell, ...]) -> tuple[pl.
         if not actors:
             raise RippleError(f"{len(todo)} samples of cells {', '.join(c.cell_id for c in cells)} are not stored "
                               f"and no workers were started")
-        stream_items(_Actors(actors), todo, store.append, ctx.spec.batch_size)  # a part file per finished batch
+        stream_items(_Actors(actors), todo, store.append, ctx.spec.batch_size, stop)  # a part file per finished batch
     return planned_rows(items, store.read()), len(todo)
 
 
-def _trial(config: dict[str, Any], ctx: _Context, actors: list) -> None:
-    """The function trainable: one evaluation of the config, one `tune.report`."""
+def _trial(config: dict[str, Any], ctx: _Context, actors: list, gate: Any) -> None:
+    """The function trainable: one evaluation of the config, one `tune.report`. It streams between
+    `gate.enter` and `gate.leave`, and stops (its returned samples stored) once the gate closes."""
+    import ray
     from ray import tune
 
     params = ctx.spec.space.params_for(config)
     cells = ctx.spec.cells_for(ctx.spec.decoder, params.to_dict())
-    rows, computed = _evaluate(ctx, actors, cells)
+    if not ray.get(gate.enter.remote()):
+        return  # the sweep is stopping: start nothing
+    stop = gate.closed.remote()
+    try:
+        rows, computed = _evaluate(ctx, actors, cells, stop)
+    except Stopped:
+        return
+    finally:
+        ray.cancel(stop)  # a waiting call holds one of the gate's slots (an async actor has 1,000)
+        ray.get(gate.leave.remote())
     agg = cell_metrics(rows, ctx.baseline)
     metrics: dict[str, Any] = {**agg.metrics(), "computed": computed, "cell_ids": ",".join(c.cell_id for c in cells),
                                "params": dumps(ctx.spec.space.searched(params))}
@@ -165,12 +178,67 @@ def _trial(config: dict[str, Any], ctx: _Context, actors: list) -> None:
     tune.report(metrics)
 
 
+class TrialGate:
+    """How the driver stops its trials. A signal reaches the driver only: trials run in Ray actors and
+    write the store themselves. So on SIGINT or SIGTERM the driver closes the gate and waits (at most
+    STOP_WAIT seconds) until every trial inside has stored the records its workers returned and left;
+    only then are the workers killed and the store compacted. An async Ray actor (`_open_gate`):
+    `closed` is a call that returns when the gate closes, which trials wait on beside their batches."""
+
+    def __init__(self):
+        import asyncio
+
+        self._closed = asyncio.Event()
+        self._empty = asyncio.Event()
+        self._empty.set()
+        self._inside = 0
+
+    async def enter(self) -> bool:
+        if self._closed.is_set():
+            return False
+        self._inside += 1
+        self._empty.clear()
+        return True
+
+    async def leave(self) -> None:
+        self._inside -= 1
+        if self._inside == 0:
+            self._empty.set()
+
+    async def closed(self) -> None:
+        await self._closed.wait()
+
+    async def close(self) -> None:
+        self._closed.set()
+        await self._empty.wait()
+
+
+STOP_WAIT = 20.0  # seconds the driver waits for trials to store what they have, after a signal
+
+
+def _open_gate():
+    import ray
+
+    return ray.remote(num_cpus=0)(TrialGate).remote()
+
+
+def _stop_trials(handle) -> None:
+    """Close the gate and wait for the trials inside to leave; a trial that does not in STOP_WAIT is
+    abandoned (its samples in flight are recomputed by the next run)."""
+    import ray
+
+    try:
+        ray.get(handle.close.remote(), timeout=STOP_WAIT)
+    except ray.exceptions.GetTimeoutError:
+        logging.getLogger(__name__).warning(f"a trial still decoding after {STOP_WAIT:.0f} s was abandoned")
+
+
 # ---------------------------------------------------------------------------- the driver
 def run_sweep(spec: SweepSpec, store_dir: str | os.PathLike, *, tracking_uri: str | None = None, track: bool = True,
               progress: bool = True, workers: int | None = None) -> SweepRun:
-    """Run `spec` (trials resume from stored samples), log to MLflow, write the table and Pareto plot."""
-    from ..tasks import get_task
-
+    """Run `spec` (trials resume from stored samples), log to MLflow, write the table and Pareto plot.
+    Stopped by a signal, it stops as a grid does: the samples returned so far stored once, its MLflow
+    runs marked KILLED, KeyboardInterrupt (`Terminated` for SIGTERM) raised."""
     started = time.perf_counter()
     store = ResultStore(store_dir, spec.experiment)
     with store.lock():  # one driver per experiment: a second one is refused here, before any work
@@ -180,51 +248,70 @@ def run_sweep(spec: SweepSpec, store_dir: str | os.PathLike, *, tracking_uri: st
             from ..platform.experiments.tracking import Tracker
 
             tracker = Tracker.open(spec.experiment, store.root, tracking_uri)
-        examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit, _ in spec.tasks}
-        store.compact()  # merge what an interrupted run left, before trials add their part files
-        digests = model_digests([spec.model])
-        store.check_weights(digests, "give a new --experiment (a sweep resumes from what its experiment stores)")
-        done = frozenset(store.done_keys())
-        started_here = connect_ray()
+        planned = _plan(spec, store)  # a refusal (data, other weights) comes before any MLflow run is opened
         try:
-            per_trial = sum(len(v) for v in examples.values())
-            count, cpus, gpus = pool_shape(spec.workers, workers, per_trial * max(1, spec.trial_count()))
-            pool = _NoPool() if _all_stored(spec, examples, done) else \
-                WorkerPool(spec.model, spec.dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[spec.model])
-            run.workers = pool.infos
-            try:
-                ctx = _Context(spec, str(store.root), run.sweep_id, examples, done, None)
-                if spec.baseline:
-                    base_rows, _ = _evaluate(ctx, pool.actors, spec.baseline_cells())
-                    run.baseline = self_baseline(cell_metrics(base_rows))
-                    ctx = _Context(spec, str(store.root), run.sweep_id, examples, ctx.done, base_rows)
-                run.trials = _tune(spec, ctx, pool.actors, store, run.sweep_id, progress)
-            finally:
-                pool.close()
-        finally:
-            store.compact()  # only the driver compacts, once every trial has finished writing
-            if started_here:
-                import ray
-
-                ray.shutdown()
-        if not any(t.agg for t in run.trials):
-            first = next((t.error for t in run.trials if t.error), "no trial reported")
-            raise RippleError(f"every trial of sweep {spec.experiment} failed; first error: {first}")
-        _name_fronts(run)
-        run.out_dir = write_outputs(run)
-        if tracker is not None:
-            _log_mlflow(run, tracker)
+            if tracker is not None:
+                _open_parent(run, tracker)  # RUNNING while the sweep runs
+            _sweep(run, *planned, workers, progress)
+            _name_fronts(run)
+            run.out_dir = write_outputs(run)
+            if tracker is not None:
+                _log_mlflow(run, tracker)
+        except BaseException as exc:  # a signal or a failure: no run of this experiment stays RUNNING
+            if tracker is not None:
+                tracker.end_unfinished("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED", PARENT_TAG)
+            raise
     run.seconds = time.perf_counter() - started
     return run
+
+
+def _plan(spec: SweepSpec, store: ResultStore) -> tuple[dict, dict, frozenset]:
+    """Each task's examples, the model's weights digest (checked against the stored samples), and
+    the keys stored without error."""
+    from ..tasks import get_task
+
+    examples = {t: get_task(t, data_dir=spec.data_dir).examples(spec.split, limit) for t, limit, _ in spec.tasks}
+    store.compact()  # merge what an interrupted run left, before trials add their part files
+    digests = model_digests([spec.model])
+    store.check_weights(digests, "give a new --experiment (a sweep resumes from what its experiment stores)")
+    return examples, digests, frozenset(store.done_keys())
+
+
+def _sweep(run: SweepRun, examples: dict, digests: dict, done: frozenset, workers: int | None,
+           progress: bool) -> None:
+    """The baseline, then the trials, on one worker pool; every trial failing is an error."""
+    spec, store = run.spec, run.store
+    with ray_driver(store):  # compacts once every trial has stopped writing (only the driver compacts)
+        per_trial = sum(len(v) for v in examples.values())
+        count, cpus, gpus = pool_shape(spec.workers, workers, per_trial * max(1, spec.trial_count()))
+        pool = _NoPool() if _all_stored(spec, examples, done) else \
+            WorkerPool(spec.model, spec.dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[spec.model])
+        run.workers = pool.infos
+        try:
+            ctx = _Context(spec, str(store.root), run.sweep_id, examples, done, None)
+            if spec.baseline:
+                base_rows, _ = _evaluate(ctx, pool.actors, spec.baseline_cells())
+                run.baseline = self_baseline(cell_metrics(base_rows))
+                ctx = _Context(spec, str(store.root), run.sweep_id, examples, ctx.done, base_rows)
+            run.trials = _tune(spec, ctx, pool.actors, store, run.sweep_id, progress)
+        finally:
+            pool.close()
+    if not any(t.agg for t in run.trials):
+        first = next((t.error for t in run.trials if t.error), "no trial reported")
+        raise RippleError(f"every trial of sweep {spec.experiment} failed; first error: {first}")
 
 
 def _tune(spec: SweepSpec, ctx: _Context, actors: list, store: ResultStore, sweep_id: str,
           progress: bool) -> list[TrialResult]:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the legacy reporter prints nothing at all
+    # Tune's own SIGINT handler would end the run as if it were complete (and print how to Tuner.restore);
+    # without it a signal raises here, as it does in a grid, and the trials are stopped through the gate
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     from ray import tune
 
+    handle = _open_gate()
     # trials only wait on the workers, so they take no CPU; Tune rejects an empty request, hence a token of memory
-    trainable = tune.with_resources(tune.with_parameters(_trial, ctx=ctx, actors=actors),
+    trainable = tune.with_resources(tune.with_parameters(_trial, ctx=ctx, actors=actors, gate=handle),
                                     {"cpu": 0, "memory": TRIAL_MEMORY})
     metric = spec.metric  # the spec parser made sure a `speedup` metric comes with its baseline
     search_alg = None
@@ -251,6 +338,9 @@ def _tune(spec: SweepSpec, ctx: _Context, actors: list, store: ResultStore, swee
     )
     try:
         grid = tuner.fit()
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM (`Terminated`)
+        _stop_trials(handle)
+        raise
     finally:
         bar.close()
     out = []
@@ -287,6 +377,9 @@ def _trial_bar(total: int, name: str, enabled: bool):
 
         def close(self) -> None:
             self.bar.close()
+
+        def __getstate__(self) -> dict:  # Tune pickles its callbacks with the experiment state, which no
+            return {}  # stream but the real sys.stderr survives (a notebook's, pytest's capture)
 
     return TrialBar()
 
@@ -359,22 +452,31 @@ def write_outputs(run: SweepRun) -> Path:
     return out
 
 
-def _log_mlflow(run: SweepRun, tracker) -> None:
-    """One parent run (params: the spec) and one child run per trial (params: its hyperparameters)."""
-    from mlflow.entities import Metric, Param, RunTag
+def _open_parent(run: SweepRun, tracker) -> None:
+    """The invocation's parent run, RUNNING from the start (params: the spec), so a stopped sweep
+    leaves a KILLED run in the UI rather than nothing."""
+    from mlflow.entities import Param
 
-    client, spec = tracker.client, run.spec
-    now = int(time.time() * 1000)
-    parent = client.create_run(tracker.experiment_id, run_name=f"sweep {spec.decoder} {run.sweep_id}",
-                               tags={PARENT_TAG: run.sweep_id, "ripple_spec": spec.path}).info.run_id
-    params = {"model": spec.model, "tasks": dumps({t: n for t, n, _ in spec.tasks}), "decoder": spec.decoder, "search": spec.search,
-              "num_samples": spec.num_samples, "metric": spec.metric, "mode": spec.mode,
+    spec = run.spec
+    run.parent_run_id = tracker.client.create_run(
+        tracker.experiment_id, run_name=f"sweep {spec.decoder} {run.sweep_id}",
+        tags={PARENT_TAG: run.sweep_id, "ripple_spec": spec.path}).info.run_id
+    params = {"model": spec.model, "tasks": dumps({t: n for t, n, _ in spec.tasks}), "decoder": spec.decoder,
+              "search": spec.search, "num_samples": spec.num_samples, "metric": spec.metric, "mode": spec.mode,
               "space": "; ".join(d.describe() for d in spec.space.dims), "fixed": dumps(dict(spec.space.fixed)),
               "gen_length": spec.gen_length, "block_length": spec.block_length, "cache": spec.cache,
               "seed": spec.seed, "dtype": spec.dtype, "chat": spec.chat, "baseline": spec.baseline, "spec": spec.path}
     if spec.weights:
         params["weights"] = dumps(dict(spec.weights))
-    client.log_batch(parent, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    tracker.client.log_batch(run.parent_run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+
+
+def _log_mlflow(run: SweepRun, tracker) -> None:
+    """The parent's metrics, fronts and artifacts, and one child run per trial (params: its hyperparameters)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    client, spec, parent = tracker.client, run.spec, run.parent_run_id
+    now = int(time.time() * 1000)
     metrics = [Metric("trials", float(len(run.trials)), now, 0)]
     if run.baseline is not None:
         metrics += [Metric(f"default.{k}", float(v), now, 0) for k, v in run.baseline.metrics().items()]
@@ -397,7 +499,6 @@ def _log_mlflow(run: SweepRun, tracker) -> None:
     client.log_artifact(parent, str(run.out_dir / "sweep_results.csv"))
     client.log_artifact(parent, str(run.out_dir / "pareto.png"))
     client.set_terminated(parent, "FINISHED")
-    run.parent_run_id = parent
 
 
 def format_table(run: SweepRun) -> str:

@@ -15,9 +15,12 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from ripple.errors import RippleError
 from ripple.platform.experiments.store import ResultStore
+
+T = TypeVar("T")
 
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -58,8 +61,8 @@ def env(**extra: str) -> dict[str, str]:
     return {**out, **RAY_ENV, **extra}
 
 
-def grid_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ripple.cli", "grid", *args]
+def grid_cmd(*args: str, command: str = "grid") -> list[str]:
+    return [sys.executable, "-m", "ripple.cli", command, *args]
 
 
 def run_grid(*args: str, timeout: float = 300) -> dict:
@@ -69,11 +72,12 @@ def run_grid(*args: str, timeout: float = 300) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # the summary is the last line (Ray may print before it)
 
 
-def start_grid(*args: str) -> subprocess.Popen:
-    """A driver in its own process group, so a test can SIGKILL it and everything it started. SIGINT
-    is reset to its default for it: a suite started in the background of a non-interactive shell
-    (`make test &`) inherits SIGINT ignored, and Python keeps an ignored SIGINT ignored."""
-    return subprocess.Popen(grid_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+def start_grid(*args: str, command: str = "grid", stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    """A driver (`ripple grid`, or `command`) in its own process group, so a test can SIGKILL it and
+    everything it started. SIGINT is reset to its default for it: a suite started in the background of
+    a non-interactive shell (`make test &`) inherits SIGINT ignored, and Python keeps an ignored SIGINT
+    ignored."""
+    return subprocess.Popen(grid_cmd(*args, command=command), stdout=stdout, stderr=subprocess.PIPE, text=True,
                             env=env(), start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -86,6 +90,32 @@ def kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver led its own group (start_new_session)
     except ProcessLookupError:
         pass
+
+
+def signal_when(proc: subprocess.Popen, ready: Callable[[], T], signum: int, timeout: float) -> tuple[T, str, str]:
+    """Once `ready()` returns (it polls, and fails if the driver exits first), send the driver `signum`;
+    then `ready()`'s value and the driver's stdout and stderr, once it exits within `timeout` s (it and
+    its group are SIGKILLed when it does not, and the test fails)."""
+    try:
+        value = ready()
+        os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    return value, out, err
+
+
+def wait_group_gone(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Wait until nothing is left in the stopped driver's process group (it shut its Ray down)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise AssertionError("processes of the stopped driver's Ray are still running")
 
 
 def stored(store: ResultStore):

@@ -24,14 +24,6 @@ SPEC = {"experiment": "tiny-sweep", "model": "ripple-tiny", "tasks": {"arith": {
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    from tests.platform.gridtools import local_ray
-
-    with local_ray():
-        yield
-
-
-@pytest.fixture(scope="module")
 def swept(ray_local, tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -162,7 +154,8 @@ def test_a_sweep_refuses_samples_of_other_weights_before_ray_starts(tmp_path, mo
                   params="{}", gen_length=48, block_length=16, cache="none", seed=0, dtype="float32", chat=False,
                   split="test", stop_at_eos=False, nfe=5, correct=True, finished_at=1.0, weights="000000000000")
     ResultStore(tmp_path, "stale").append([SampleRecord(**fields)])
-    monkeypatch.setattr("ripple.sweeps.run.connect_ray", lambda: pytest.fail("Ray started before the weights check"))
+    monkeypatch.setattr("ripple.platform.experiments.grid.connect_ray",
+                        lambda: pytest.fail("Ray started before the weights check"))
     with pytest.raises(RippleError, match=r"holds 1 samples of ripple-tiny decoded by other weights \(000000000000; "
                                           r"ripple-tiny is now [0-9a-f]{12}\): give a new --experiment"):
         run_sweep(spec, tmp_path, track=False, progress=False)

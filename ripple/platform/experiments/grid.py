@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 import uuid
 from collections import Counter, deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import polars as pl
 
-from ...errors import RippleError, signals_deferred, stop_on_sigterm
+from ...errors import RippleError, Terminated, signals_deferred, stop_on_sigterm
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
 from .metrics import CellSummary, baseline_ids, summarize_cells
 from .store import KEY, ResultStore, SampleRecord, StoreFull
@@ -107,14 +109,50 @@ def connect_ray() -> bool:
     # would also echo their warnings and retried-task tracebacks on the driver's terminal
     quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], **quiet)
-        stop_on_sigterm()
+        _init(address=os.environ["RAY_ADDRESS"], **quiet)
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # a local benchmark run reports nothing home
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
-             _node_ip_address="127.0.0.1", **quiet)
-    stop_on_sigterm()  # ray.init replaced our SIGTERM handler with a bare exit
+    _init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, _node_ip_address="127.0.0.1", **quiet)
     return True
+
+
+def _init(**kwargs: Any) -> None:
+    """`ray.init`, stopping on SIGTERM as a driver does everywhere else: ray.init installs its own
+    handler first thing (a bare sys.exit with the signal number), so a SIGTERM during start-up would
+    exit 15; it becomes `Terminated`, and ours is put back once Ray is up. Interrupted, what start-up
+    got to start is shut down (node agents it had not handed over yet exit by themselves later)."""
+    import ray
+
+    try:
+        ray.init(**kwargs)
+    except BaseException as exc:
+        ray.shutdown()
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM:
+            raise Terminated() from None
+        raise
+    finally:
+        stop_on_sigterm()
+
+
+@contextmanager
+def ray_driver(store: ResultStore) -> Iterator[None]:
+    """Ray for one driver (grid or sweep), and what every way out of it owes the store: part files
+    merged (after a signal or failure quietly, since the error in flight is the one to report; not
+    at all on a full disk, where a merged copy would not fit either), Ray shut down if started here."""
+    started_here = connect_ray()
+    try:
+        yield
+    except BaseException as exc:
+        if not isinstance(exc, StoreFull):
+            _compact_quietly(store)
+        raise
+    else:
+        store.compact()
+    finally:
+        if started_here:
+            import ray
+
+            ray.shutdown()
 
 
 def pool_shape(workers: WorkerSpec, override_count: int | None, needed: int) -> tuple[int, float, float]:
@@ -180,10 +218,16 @@ def batches(items: list[WorkItem], batch_size: int) -> list[list[WorkItem]]:
     return [group[i:i + batch_size] for group in by_cell.values() for i in range(0, len(group), batch_size)]
 
 
+class Stopped(Exception):
+    """`stream_items` was asked to stop: the records already returned are stored, the rest abandoned."""
+
+
 def stream_items(pool: WorkerPool, items: list[WorkItem], sink: Callable[[list[SampleRecord]], None],
-                 batch_size: int = 1) -> None:
+                 batch_size: int = 1, stop: Any = None) -> None:
     """Send `items` to the pool in batches of up to `batch_size` samples of one cell, at most DEPTH
-    batches in flight per worker; hand each batch's records to `sink` as soon as it finishes."""
+    batches in flight per worker; hand each batch's records to `sink` as soon as it finishes.
+    `stop` (an ObjectRef) is for callers no signal reaches, a sweep's trials in their Ray actors:
+    once it is ready the records that came back with it are stored and `Stopped` is raised."""
     import ray
 
     queue = deque(batches(items, batch_size))
@@ -198,18 +242,25 @@ def stream_items(pool: WorkerPool, items: list[WorkItem], sink: Callable[[list[S
         for slot in range(len(pool.actors)):
             feed(slot)
     while inflight:
-        ready, rest = ray.wait(list(inflight), num_returns=1)
+        ready, rest = ray.wait(list(inflight) + ([stop] if stop is not None else []), num_returns=1)
         with signals_deferred():  # records that came back are stored (and their cells logged) before a stop
             if rest:  # take everything else that is already finished, without waiting
                 more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
                 ready += more
+            stopped = stop is not None and stop in ready
+            ready = [ref for ref in ready if ref in inflight]
             records = []
             for ref, batch_records in zip(ready, _results(ready, inflight, batch_size)):
                 slot, _ = inflight.pop(ref)
                 if any(r.error is not None and r.error.startswith(DIED) for r in batch_records):
                     pool.actors[slot] = None  # restarts exhausted: route nothing more to it
                 records += batch_records
-            sink(records)
+            if records:
+                sink(records)
+        if stopped:
+            for ref in inflight:  # nobody will read them: a queued batch never runs, and none is retried
+                ray.cancel(ref)
+            raise Stopped(f"stopped with {len(inflight)} batches in flight and {len(queue)} queued")
         for slot in range(len(pool.actors)):
             busy = sum(1 for s, _ in inflight.values() if s == slot)
             for _ in range(DEPTH - busy):
@@ -342,40 +393,30 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
         bar.update(len(records))
 
     t0 = time.perf_counter()
-    started_here = connect_ray()
-    run.startup_seconds += time.perf_counter() - t0
     groups: dict[tuple[str, str], list[WorkItem]] = {}
     for it in todo:
         groups.setdefault((it.cell.model, it.cell.dtype), []).append(it)
-    try:
-        for (model, dtype), group in groups.items():
-            t0 = time.perf_counter()
-            count, cpus, gpus = pool_shape(spec.workers, workers, len(batches(group, spec.batch_size)))
-            pool = WorkerPool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[model])
-            run.workers += pool.infos
-            t1 = time.perf_counter()
-            run.startup_seconds += t1 - t0
-            if bar is None:  # after the first workers are up, so a start-up error stays one line
-                bar = progress_bar(total=len(todo), disable=not progress, unit="sample", dynamic_ncols=True,
-                                   desc=_progress_text(run, per_cell, total))
-            try:
-                stream_items(pool, group, sink, spec.batch_size)
-            finally:
-                run.stream_seconds += time.perf_counter() - t1
-                pool.close()
-    except BaseException as exc:
-        if not isinstance(exc, StoreFull):  # on a full disk a merged copy would not fit either
-            _compact_quietly(store)  # the error in flight is the one to report
-        raise
-    else:
-        store.compact()
-    finally:
-        if bar is not None:
-            bar.close()
-        if started_here:
-            import ray
-
-            ray.shutdown()
+    with ray_driver(store):
+        run.startup_seconds += time.perf_counter() - t0
+        try:
+            for (model, dtype), group in groups.items():
+                t0 = time.perf_counter()
+                count, cpus, gpus = pool_shape(spec.workers, workers, len(batches(group, spec.batch_size)))
+                pool = WorkerPool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[model])
+                run.workers += pool.infos
+                t1 = time.perf_counter()
+                run.startup_seconds += t1 - t0
+                if bar is None:  # after the first workers are up, so a start-up error stays one line
+                    bar = progress_bar(total=len(todo), disable=not progress, unit="sample", dynamic_ncols=True,
+                                       desc=_progress_text(run, per_cell, total))
+                try:
+                    stream_items(pool, group, sink, spec.batch_size)
+                finally:
+                    run.stream_seconds += time.perf_counter() - t1
+                    pool.close()
+        finally:
+            if bar is not None:
+                bar.close()
 
 
 def _compact_quietly(store: ResultStore) -> None:

@@ -178,16 +178,17 @@ class Tracker:
         self.client.log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
                                                      tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])])
 
-    def end_unfinished(self, status: str) -> None:
-        """Mark every cell run of this experiment still RUNNING (a grid stopped while logging it) as
-        `status` (KILLED on a signal, FAILED on an error), so the UI never shows a dead run as live."""
+    def end_unfinished(self, status: str, tag: str = CELL_TAG) -> None:
+        """Mark every run of this experiment carrying `tag` (a grid's cell runs; a sweep's runs) that is
+        still RUNNING (a grid stopped while logging it, a sweep stopped at any point) as `status` (KILLED
+        on a signal, FAILED on an error), so the UI never shows a dead run as live."""
         from mlflow.exceptions import MlflowException
 
         try:
             runs = self.client.search_runs([self.experiment_id], filter_string="attributes.status = 'RUNNING'",
                                            max_results=1000)
             for r in runs:
-                if CELL_TAG in r.data.tags:
+                if tag in r.data.tags:
                     self.client.set_terminated(r.info.run_id, status)
         except Exception as exc:  # e.g. the disk that stopped the grid holds the database too
             if not isinstance(exc, MlflowException) and disk_full(self.uri, exc) is None:

@@ -13,8 +13,8 @@ from ripple.cli import main
 from ripple.platform.experiments.lock import _read
 from ripple.platform.experiments.store import ResultStore
 
-from tests.platform.gridtools import (env, grid_cmd, kill_group, run_grid, start_grid, stored, wait_for_records,
-                                      write_spec)
+from tests.platform.gridtools import (env, grid_cmd, kill_group, run_grid, signal_when, start_grid, stored,
+                                      wait_for_records, wait_group_gone, write_spec)
 
 pytestmark = pytest.mark.slow
 
@@ -161,13 +161,7 @@ def test_sigint_and_sigterm_stop_a_grid_cleanly(tmp_path, signum, status):
     spec, store_dir = _spec(tmp_path, "stopped", 6, decoders="confidence, default"), tmp_path / "store"
     store = ResultStore(store_dir, "stopped")
     proc = start_grid(str(spec), "--store", str(store_dir))
-    try:
-        wait_for_records(store, 1, proc)
-        os.kill(proc.pid, signum)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            kill_group(proc)
+    _, _, err = signal_when(proc, lambda: wait_for_records(store, 1, proc), signum, timeout=120)
     assert proc.returncode == status, err[-3000:]
     assert "Traceback" not in err and "what was stored is kept, and a re-run resumes" in err
     records = stored(store)
@@ -178,12 +172,4 @@ def test_sigint_and_sigterm_stop_a_grid_cleanly(tmp_path, signum, status):
     client = MlflowClient(tracking_uri=f"sqlite:///{store_dir / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
     assert all(r.info.status in ("FINISHED", "KILLED") for r in runs)
-    deadline = time.time() + 30  # Ray shut down: nothing the driver started is left in its process group
-    while time.time() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    else:
-        raise AssertionError("processes of the stopped driver's Ray are still running")
+    wait_group_gone(proc)  # Ray shut down: nothing the driver started is left in its process group

@@ -17,15 +17,6 @@ pytestmark = pytest.mark.slow
 WALKTHROUGH = Path(__file__).resolve().parents[3] / "docs" / "python.md"
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """Ray started once for the module on loopback (as `ripple grid` would); each grid joins it."""
-    from tests.platform.gridtools import local_ray
-
-    with local_ray():
-        yield
-
-
 def test_a_decoder_defined_here_runs_in_generate_evaluate_the_checks_and_a_grid(tmp_path, ray_local):
     from ripple.decoders.base import greedy
     from ripple.decoders.registry import local_source
