@@ -256,6 +256,7 @@ def eval_parser(sub) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from .api import evaluate
+    from .platform.experiments.metrics import strict_text
 
     sink = open(args.samples_out, "w") if args.samples_out else None
     try:
@@ -275,7 +276,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
           f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})"
           + ("" if m.mean_edits is None else f" | edits/sample {m.mean_edits:.2f}"))
     if m.strict is not None:  # ParallelBench's second figure: the same rule on strictly formatted answers
-        print(f"strict {m.strict:.1f} % (ParallelBench's score_strict: the same rule on a strictly formatted answer)")
+        print(f"strict {strict_text(m.strict)} % (ParallelBench's score_strict: the same rule on a strictly formatted "
+              "answer)")
     return 0
 
 

@@ -3,8 +3,9 @@
 A task with free choices gives each record its `floor_nfe`, the fewest forwards a decoder can make and
 always be right (ripple/tasks/lines.py). From one experiment's store this writes:
 - floors.png: accuracy against tokens per forward (TPF) per task, one curve per decoder (its settings
-  joined in TPF order), and the floor marked: the TPF of a decoder that writes the right answer in the
-  floor's forwards (the `default` cell's correct answers: generated tokens over floor_nfe, summed);
+  joined in TPF order, each point with its 95 % Wilson interval as a bar), and the floor marked: the TPF
+  of a decoder that writes the right answer in the floor's forwards (the `default` cell's correct
+  answers: generated tokens over floor_nfe, summed);
 - floors.md: per task the best decoder setting at accuracy >= 95 % (fewest forwards) with its NFE over
   the floor, or the most accurate setting where none reaches 95 %; then PB90 / PB80 per decoder over the
   tasks (the leaderboard's PBx).
@@ -21,7 +22,7 @@ import polars as pl
 from ..errors import RippleError
 from ..platform.experiments.store import ResultStore
 from .leaderboard import build_pbx, load_cells
-from .report import new_figure
+from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
 
 TARGET = 95.0  # accuracy (percent) at which a setting counts as solving the task
 
@@ -107,7 +108,9 @@ def versus(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]]) ->
     return out
 
 
-def plot(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]], path: Path) -> Path:
+def figure(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]]):
+    """Accuracy against TPF per task, one curve per decoder with each point's Wilson interval as a bar, and
+    the floor's TPF marked."""
     tasks = sorted(floor)
     cols = 5
     rows = -(-len(tasks) // cols)
@@ -119,9 +122,12 @@ def plot(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]], path
         ax = fig.add_subplot(rows, cols, i + 1)
         part = cells.filter((pl.col("task") == task) & pl.col("tpf").is_not_null())
         for d in decoders:
-            pts = sorted((r["tpf"], r["accuracy"]) for r in part.filter(pl.col("decoder") == d).iter_rows(named=True))
-            if pts:
-                ax.plot(*zip(*pts), marker=markers[d], ms=3, lw=1, color=colours[d], label=d)
+            pts = part.filter(pl.col("decoder") == d).sort("tpf", "accuracy")
+            if pts.height:
+                interval_bars(ax, pts["tpf"].to_list(), pts["accuracy"].to_list(), pts["accuracy_lo"].to_list(),
+                              pts["accuracy_hi"].to_list(), colours[d])
+                ax.plot(pts["tpf"].to_list(), pts["accuracy"].to_list(), marker=markers[d], ms=3, lw=1,
+                        color=colours[d], label=d)
         mean_floor, tpf = floor[task]
         if tpf is not None:
             ax.axvline(tpf, color="k", ls="--", lw=0.8)
@@ -135,10 +141,12 @@ def plot(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]], path
         if i // cols == rows - 1:
             ax.set_xlabel("tokens per forward", fontsize=8)
     handles, labels = fig.axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(9, len(labels)), fontsize=7, frameon=False)
-    fig.subplots_adjust(left=0.05, right=0.98, top=0.93, bottom=0.16, hspace=0.45, wspace=0.25)
-    fig.savefig(path)
-    return path
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(10, len(labels)), fontsize=7, frameon=False)
+    return fig
+
+
+def plot(cells: pl.DataFrame, floor: dict[str, tuple[float, float | None]], path: Path) -> Path:
+    return save_png(figure(cells, floor), path)
 
 
 def _widest(pbx) -> dict:
@@ -196,7 +204,9 @@ def floor_report(store: str | Path, experiment: str = "lines", out: str | Path =
     plot(cells, floor, out / "floors.png")
     md = out / "floors.md"
     pbx = build_pbx(cells)
-    md.write_text(to_markdown(best_settings(cells, floor), pbx) + "\n## RPS against Confidence\n\n"
+    md.write_text(f"![accuracy against tokens per forward per operation, with the floor](floors.png)\n\n"
+                  f"{INTERVAL_CAPTION} The dashed line is the floor's TPF.\n\n"
+                  + to_markdown(best_settings(cells, floor), pbx) + "\n## RPS against Confidence\n\n"
                   + versus_markdown(versus(cells, floor), pbx))
     return md
 

@@ -12,7 +12,8 @@ checkpoint never competes with its former self. A decoder's AUP curve is its cel
 that share model, weights, task and decode settings and differ only in the decoder's hyperparameters
 (the same samples, so the points are comparable); y_max is the best accuracy of any row of the
 section. Points the y_1 - 5 filter drops are listed under the table. The Pareto mark is the
-accuracy-TPF front of the section. One plot per section: accuracy against TPF, each curve joined.
+accuracy-TPF front of the section. One plot per section: accuracy against TPF, each curve joined, each
+point with its 95 % Wilson interval as a bar (`plots.interval_bars`).
 
 PBx (ParallelBench's summary, the metrics module's `pb_scores`): per model, weights and decoder over the
 tasks that count (a task class marked `parallelbench_scored`), each configuration (the decoder's settings,
@@ -20,7 +21,9 @@ with hyperparameters that count forwards over the response read as tokens per st
 settings; the block as "response" when it equals the response) gets its mean score over the tasks and its
 mean tokens per step (gen_length / mean NFE per cell); a cell's score is its accuracy, the percent of
 samples whose ParallelBench score is 1. Cells of one configuration and task in several experiments are
-averaged first, as ParallelBench averages its runs. Strict: the mean `score_strict` where a task has one.
+averaged first, as ParallelBench averages its runs. A decoder with several such tasks gets a row over all of
+them (its `task` is "all") and one per task; every row and its note name that scope. Strict: the mean
+`score_strict` where a task has one.
 
 Folder: leaderboard.html (self-contained: inline CSS and a few lines of sorting JS, plots as data
 URIs), leaderboard.md, leaderboard.csv (exactly COLUMNS), pbx.csv (exactly PBX_COLUMNS),
@@ -40,15 +43,15 @@ from typing import Any
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.metrics import PB_THRESHOLDS, aup, pb_scores
+from ..platform.experiments.metrics import PB_THRESHOLDS, aup, pb_scores, strict_text
 from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_TPF, front_flags
-from .report import (fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, new_figure, save_png, slug, staged_folder,
-                     stored_experiments, summarize_cells)
+from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
+from .report import fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, slug, staged_folder, stored_experiments, summarize_cells
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed", "strict")
-PBX_COLUMNS = ("model", "weights", "decoder", "tasks", "configurations", *(f"pb{x}" for x in PB_THRESHOLDS))
+PBX_COLUMNS = ("model", "weights", "decoder", "task", "tasks", "configurations", *(f"pb{x}" for x in PB_THRESHOLDS))
 SECTION = ("model", "weights", "task")
 DECODE = tuple(f.name for f in fields(DecodeSettings))
 CURVE = ("experiment", *SECTION, "decoder", *DECODE)  # cells of one curve differ only in hyperparameters
@@ -122,8 +125,13 @@ class PbRow:
     configs: tuple[PbConfig, ...]
     pbx: dict[int, float | None]  # x -> PBx
 
+    @property
+    def task(self) -> str:
+        """The row's scope: its one task, or "all" for the row over every task the decoder ran."""
+        return self.tasks[0] if len(self.tasks) == 1 else "all"
+
     def csv_values(self) -> list[Any]:
-        return [self.model, self.weights, self.decoder, len(self.tasks), len(self.configs),
+        return [self.model, self.weights, self.decoder, self.task, len(self.tasks), len(self.configs),
                 *("" if self.pbx[x] is None else self.pbx[x] for x in PB_THRESHOLDS)]
 
 
@@ -301,9 +309,9 @@ def _pb_row(key: dict[str, Any], part: pl.DataFrame) -> PbRow:
 
 
 # ---------------------------------------------------------------------------- plot
-def plot_section(section: Section, path: Path) -> Path:
-    """Accuracy against TPF: each decoder curve of each experiment joined in TPF order, the Pareto
-    front ringed."""
+def section_figure(section: Section):
+    """Accuracy against TPF: each decoder curve of each experiment joined in TPF order, each point with its
+    Wilson interval as a bar, the Pareto front ringed."""
     fig = new_figure(7.2, 4.6)
     ax = fig.add_subplot(1, 1, 1)
     curves = _curves(section.rows)
@@ -314,8 +322,11 @@ def plot_section(section: Section, path: Path) -> Path:
         r0 = members[0]
         e = experiments.index(r0.experiment)
         name = r0.decoder + (f" ({r0.experiment})" if len(experiments) > 1 else "")
+        colour = f"C{decoders.index(r0.decoder) % 10}"
+        interval_bars(ax, [r.tpf for r in members], [r.accuracy for r in members],
+                      [r.accuracy_lo for r in members], [r.accuracy_hi for r in members], colour)
         ax.plot([r.tpf for r in members], [r.accuracy for r in members], marker="os^Dv<>"[e % 7],
-                ls=("-", "--", ":", "-.")[e % 4], ms=5, lw=1.2, c=f"C{decoders.index(r0.decoder) % 10}", label=name)
+                ls=("-", "--", ":", "-.")[e % 4], ms=5, lw=1.2, c=colour, label=name)
     front = [r for r in section.rows if r.pareto]
     ax.scatter([r.tpf for r in front], [r.accuracy for r in front], s=140, facecolors="none",
                edgecolors="k", lw=1.2, label="Pareto front (accuracy, TPF)")
@@ -325,7 +336,11 @@ def plot_section(section: Section, path: Path) -> Path:
     ax.set_ylabel("accuracy %")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    return save_png(fig, path)
+    return fig
+
+
+def plot_section(section: Section, path: Path) -> Path:
+    return save_png(section_figure(section), path)
 
 
 # ---------------------------------------------------------------------------- documents
@@ -353,14 +368,15 @@ def _shown(r: Row, edits: bool = False, strict: bool = False) -> list[tuple[str,
             (acc, r.accuracy if r.n else None), (fmt_nfe(r.tpf), r.tpf), (fmt_nfe(r.mean_nfe), r.mean_nfe),
             (fmt_tps(r.tps), r.tps), (fmt_speedup(asdict(r)), r.speedup),
             ("-" if r.aup is None else f"{r.aup:.1f}", r.aup), ("*" if r.pareto else "", int(r.pareto))] + (
-        [("-" if r.strict is None else f"{r.strict:.1f}", r.strict)] if strict else []) + (
+        [(strict_text(r.strict), r.strict)] if strict else []) + (
         [(fmt_nfe(r.mean_edits or 0.0), r.mean_edits or 0.0)] if edits else [])
 
 
-PBX_HEADER = ("decoder", "tasks", "configurations", *(f"PB{x}" for x in PB_THRESHOLDS))
+PBX_HEADER = ("decoder", "task", "tasks", "configurations", *(f"PB{x}" for x in PB_THRESHOLDS))
 PBX_EXPLAIN = ("PBx (ParallelBench): over the ParallelBench-scored tasks, each configuration of a decoder gets its "
                "mean score over the tasks and its mean tokens per step (gen_length / NFE); PBx is the largest tokens "
-               "per step among configurations with a mean score of at least x % (- when none reaches x).")
+               "per step among configurations with a mean score of at least x % (- when none reaches x). A decoder "
+               "that ran several tasks has a row over all of them (task \"all\"), then one row per task.")
 
 
 def _pbx_groups(pbx: list[PbRow]) -> dict[tuple[str, str], list[PbRow]]:
@@ -371,14 +387,18 @@ def _pbx_groups(pbx: list[PbRow]) -> dict[tuple[str, str], list[PbRow]]:
 
 
 def _pbx_shown(r: PbRow) -> list[tuple[str, Any]]:
-    return [(r.decoder, r.decoder), (str(len(r.tasks)), len(r.tasks)), (str(len(r.configs)), len(r.configs))] + [
+    return [(r.decoder, r.decoder), (r.task, r.task), (str(len(r.tasks)), len(r.tasks)),
+            (str(len(r.configs)), len(r.configs))] + [
         ("-" if r.pbx[x] is None else f"{r.pbx[x]:.2f}", r.pbx[x]) for x in PB_THRESHOLDS]
 
 
 def _pbx_configs(r: PbRow) -> str:
-    return f"{r.decoder}: " + "; ".join(f"{p.setting} -> score {p.score:.1f} at {p.tokens_per_step:.2f} tokens/step"
-                                         + (f" ({p.tasks} tasks)" if p.tasks != len(r.tasks) else "")
-                                         for p in r.configs)
+    """The configurations behind a row, named by decoder and scope: `rps, all 10 tasks: ...` or
+    `rps, task lines/copy: ...`."""
+    scope = f"task {r.task}" if r.task != "all" else f"all {len(r.tasks)} tasks"
+    return f"{r.decoder}, {scope}: " + "; ".join(
+        f"{p.setting} -> score {p.score:.1f} at {p.tokens_per_step:.2f} tokens/step"
+        + (f" ({p.tasks} tasks)" if p.tasks != len(r.tasks) else "") for p in r.configs)
 
 
 def _title(s: Section) -> str:
@@ -404,7 +424,7 @@ def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow
         out += [f"## {_title(s)}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s))) + " |"
                 for r in s.rows]
-        out += ["", f"![{_title(s)}]({s.figure})", ""]
+        out += ["", f"![{_title(s)}]({s.figure})", "", INTERVAL_CAPTION, ""]
         out += [f"AUP dropped (more than 5 points below the curve's first accuracy): {d}" for d in s.dropped]
         out += [""] if s.dropped else []
     return "\n".join(out)
@@ -460,7 +480,8 @@ def to_html(sections: list[Section], experiments: list[str], folder: Path, pbx: 
         out += [f"<p class=\"note\">AUP dropped (more than 5 points below the curve's first accuracy): {e(d)}</p>"
                 for d in s.dropped]
         data = base64.b64encode((folder / s.figure).read_bytes()).decode("ascii")
-        out.append(f"<img class=\"plot\" alt=\"{e(_title(s))}\" src=\"data:image/png;base64,{data}\">")
+        out.append(f"<img class=\"plot\" alt=\"{e(_title(s))}\" src=\"data:image/png;base64,{data}\">"
+                   f"<p class=\"note\">{e(INTERVAL_CAPTION)}</p>")
     out += [f"<script>{_JS}</script>", "</body></html>"]
     return "\n".join(out)
 
@@ -489,7 +510,7 @@ def to_json(sections: list[Section], experiments: list[str], pbx: list[PbRow]) -
         "experiments": experiments,
         "sections": [{**s.key, "rows": [{c: getattr(r, c) for c in COLUMNS} for r in s.rows], "dropped": list(s.dropped)}
                      for s in sections],
-        "pbx": [{**dict(zip(PBX_COLUMNS[:3], r.csv_values()[:3])), "tasks": list(r.tasks),
+        "pbx": [{**dict(zip(PBX_COLUMNS[:4], r.csv_values()[:4])), "tasks": list(r.tasks),
                  **{f"pb{x}": r.pbx[x] for x in PB_THRESHOLDS}, "configurations": [asdict(p) for p in r.configs]}
                 for r in pbx]}, indent=1)
 

@@ -35,6 +35,7 @@ import polars as pl
 from ..errors import RippleError
 from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
+from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
 
 BASELINE = ("model", "task", *(f.name for f in dataclasses.fields(DecodeSettings)))  # = Cell.baseline_key()
 SETTING = (*BASELINE[:2], "decoder", "params", *BASELINE[2:])  # every setting of a cell, one column each
@@ -258,39 +259,39 @@ def cells_table(cells: pl.DataFrame, runs: dict[str, str]) -> Table:
 
 
 # ---------------------------------------------------------------------------- plots
-def new_figure(width: float = 6.4, height: float = 4.0):
-    from matplotlib.figure import Figure  # object API: no pyplot global state, no GUI backend
-
-    return Figure(figsize=(width, height), dpi=110, layout="constrained")
-
-
-def save_png(fig, path: Path) -> Path:
-    fig.savefig(path, format="png", metadata={"Software": None})
-    return path
-
-
-def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:
-    """Accuracy vs TPS and accuracy vs mean NFE; the front drawn as a line, dominated points grey."""
+def pareto_figure(rows: pl.DataFrame, title: str):
+    """Accuracy vs TPS and accuracy vs mean NFE, each point with its Wilson interval as a bar; the front
+    drawn as a line, dominated points grey."""
     fig = new_figure(11.0, 4.4)
     acc, labels = rows["accuracy"].to_list(), rows["label"].to_list()
+    bounds = list(zip(rows["accuracy_lo"].to_list(), rows["accuracy_hi"].to_list()))
     for ax, col, senses, xlabel in ((fig.add_subplot(1, 2, 1), "tps", ACCURACY_TPS, "TPS (generated tokens / s)"),
                                     (fig.add_subplot(1, 2, 2), "mean_nfe", ACCURACY_NFE, "mean NFE (lower is better)")):
         xs = rows[col].to_list()
         flags = front_flags(list(zip(acc, xs)), senses)
-        pts = [(x, a, lab, f) for x, a, lab, f in zip(xs, acc, labels, flags) if x is not None and a is not None]
+        pts = [(x, a, lab, f, b) for x, a, lab, f, b in zip(xs, acc, labels, flags, bounds)
+               if x is not None and a is not None]
+        for on_front, colour in ((False, "0.6"), (True, "tab:red")):
+            sel = [p for p in pts if p[3] == on_front]
+            interval_bars(ax, [p[0] for p in sel], [p[1] for p in sel], [p[4][0] for p in sel],
+                          [p[4][1] for p in sel], colour)
         ax.scatter([p[0] for p in pts if not p[3]], [p[1] for p in pts if not p[3]], c="0.6", s=28,
                    label="dominated")
         front = sorted((p for p in pts if p[3]), key=lambda p: p[0])
         ax.plot([p[0] for p in front], [p[1] for p in front], "-o", c="tab:red", ms=7, lw=1.5, label="Pareto front")
         annotate = pts if len(pts) <= 16 else front
-        for x, a, lab, _ in annotate:
+        for x, a, lab, _, _ in annotate:
             ax.annotate(lab, (x, a), textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("accuracy %")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
-    return save_png(fig, path)
+    return fig
+
+
+def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:
+    return save_png(pareto_figure(rows, title), path)
 
 
 def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
@@ -321,13 +322,16 @@ def plot_speedup(rows: pl.DataFrame, title: str, path: Path) -> Path | None:
     return save_png(fig, path)
 
 
-def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> Path | None:
-    """Accuracy and TPS against one numeric hyperparameter; None when it is not numeric."""
+def sensitivity_figure(rows: pl.DataFrame, name: str, title: str):
+    """Accuracy (with its Wilson interval as a bar) and TPS against one numeric hyperparameter; None when
+    it is not numeric."""
     xs = [p.get(name) for p in _params(rows)]
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
         return None
     fig = new_figure(6.4, 4.0)
     ax = fig.add_subplot(1, 1, 1)
+    interval_bars(ax, xs, rows["accuracy"].to_list(), rows["accuracy_lo"].to_list(), rows["accuracy_hi"].to_list(),
+                  "tab:blue")
     ax.plot(xs, rows["accuracy"].to_list(), "-o", c="tab:blue", label="accuracy %")
     ax.set_xlabel(name)
     ax.set_ylabel("accuracy %", color="tab:blue")
@@ -336,7 +340,14 @@ def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> P
     ax2.set_ylabel("TPS", color="tab:orange")
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)
-    return save_png(fig, path)
+    handles, labels = (a + b for a, b in zip(ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()))
+    ax2.legend(handles, labels, fontsize=7, loc="best")
+    return fig
+
+
+def plot_sensitivity(rows: pl.DataFrame, name: str, title: str, path: Path) -> Path | None:
+    fig = sensitivity_figure(rows, name, title)
+    return None if fig is None else save_png(fig, path)
 
 
 # ---------------------------------------------------------------------------- documents
@@ -501,16 +512,16 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
     for i, (key, desc, table) in enumerate(mains, 1):
         suffix = f"-{i}" if several else ""
         rows = cells.filter(pl.all_horizontal([pl.col(k).eq_missing(v) for k, v in key.items()]))
-        figs = []
-        for t in rows["task"].unique(maintain_order=True).to_list():
-            figs.append(plot_pareto(rows.filter(pl.col("task") == t), f"Pareto fronts, task {t}: {desc}",
-                                    folder / f"pareto-{slug(t)}{suffix}.png"))
+        paretos = [plot_pareto(rows.filter(pl.col("task") == t), f"Pareto fronts, task {t}: {desc}",
+                               folder / f"pareto-{slug(t)}{suffix}.png")
+                   for t in rows["task"].unique(maintain_order=True).to_list()]
         bar = plot_speedup(rows, f"Speedup vs default: {desc}", folder / f"speedup{suffix}.png")
-        figs += [bar] if bar else []
+        figs = paretos + ([bar] if bar else [])
         table = Table(table.kind, table.title, table.header, table.rows, tuple(f.name for f in figs), table.note)
         tables.append(table)
         figures += figs
-        blocks += [("h2", table.title), ("table", table)] + [("img", f.name, f.stem) for f in figs]
+        blocks += [("h2", table.title), ("table", table)] + [("img", f.name, f.stem) for f in paretos]
+        blocks += [("p", f"Pareto plots: {INTERVAL_CAPTION}")] + ([("img", bar.name, bar.stem)] if bar else [])
 
     lengths = length_tables(cells)
     if lengths:
@@ -533,7 +544,8 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
                 table = Table(table.kind, table.title, table.header, table.rows, (fig.name,), table.note)
                 figures.append(fig)
             tables.append(table)
-            blocks += [("p", table.title), ("table", table)] + ([("img", fig.name, fig.stem)] if fig else [])
+            blocks += [("p", table.title), ("table", table)]
+            blocks += [("img", fig.name, fig.stem), ("p", INTERVAL_CAPTION)] if fig else []
 
     index = cells_table(cells, runs)
     tables.append(index)

@@ -423,17 +423,13 @@ def trial_frame(run: SweepRun):
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def write_outputs(run: SweepRun) -> Path:
-    """sweep_results.csv and pareto.png under STORE/EXPERIMENT/sweep/. The plot shows the trials only, so
-    its fronts are exactly the named ones (the default baseline is a row of the printed table instead)."""
-    import polars as pl
+def pareto_figure(run: SweepRun):
+    """pareto.png's figure: the report's Pareto plot of the trials only (each accuracy with its Wilson
+    interval as a bar), so its fronts are exactly the named ones (the default baseline is a row of the
+    printed table instead)."""
+    from ..dashboards.report import pareto_figure as figure
 
-    from ..dashboards.report import plot_pareto
-
-    out = run.store.root / run.spec.experiment / "sweep"
-    out.mkdir(parents=True, exist_ok=True)
     frame = trial_frame(run)
-    frame.write_csv(out / "sweep_results.csv")
     names = [d.name for d in run.spec.space.dims]
     short = [f"#{t.trial_id.rsplit('_', 1)[-1].lstrip('0') or '0'} ({', '.join(str(dict(t.params).get(n)) for n in names)})"
              for t in run.trials]  # close points stay legible: `#3 (0.9, 0.3)`
@@ -446,9 +442,19 @@ def write_outputs(run: SweepRun) -> Path:
     tasks = ", ".join(t for t, _, _ in run.spec.tasks)
     speed = pl.col("tps") if run.spec.batch_size == 1 else pl.col("throughput").alias("tps")
     axis = "" if run.spec.batch_size == 1 else f"; x axis: throughput at batch {run.spec.batch_size}"
-    plot_pareto(points.select("label", "accuracy", speed, "mean_nfe"),
-                f"{run.spec.experiment}: {run.spec.decoder} trials #n ({', '.join(names)}) on {run.spec.model} "
-                f"({tasks}){base}{axis}", out / "pareto.png")
+    return figure(points.select("label", "accuracy", "accuracy_lo", "accuracy_hi", speed, "mean_nfe"),
+                  f"{run.spec.experiment}: {run.spec.decoder} trials #n ({', '.join(names)}) on {run.spec.model} "
+                  f"({tasks}){base}{axis}")
+
+
+def write_outputs(run: SweepRun) -> Path:
+    """sweep_results.csv and pareto.png under STORE/EXPERIMENT/sweep/."""
+    from ..dashboards.plots import save_png
+
+    out = run.store.root / run.spec.experiment / "sweep"
+    out.mkdir(parents=True, exist_ok=True)
+    trial_frame(run).write_csv(out / "sweep_results.csv")
+    save_png(pareto_figure(run), out / "pareto.png")
     return out
 
 
@@ -535,7 +541,8 @@ def format_table(run: SweepRun) -> str:
     for title, ids in (("accuracy vs TPS", run.front_tps), ("accuracy vs mean NFE", run.front_nfe)):
         lines.append(f"Pareto front ({title}): " + "; ".join(f"{i} ({labels[i]})" for i in ids))
     lines.append(INTERVALS_NOTE)
-    lines.append(f"best by {spec.metric} ({spec.mode}): {run.best}; table and plot in {run.out_dir}"
+    lines.append(f"best by {spec.metric} ({spec.mode}): {run.best}; table and plot (bars: each accuracy's 95 % "
+                 f"Wilson interval) in {run.out_dir}"
                  + (f"; MLflow parent run {run.parent_run_id}" if run.parent_run_id else ""))
     return "\n".join(lines)
 

@@ -6,10 +6,13 @@ import random
 
 import pytest
 
-from ripple.dashboards.floors import floor_report
+from ripple.dashboards.floors import figure, floor_report, floors
+from ripple.dashboards.leaderboard import load_cells
+from ripple.dashboards.plots import INTERVAL_CAPTION
 from ripple.errors import RippleError
 from ripple.platform.experiments.store import ResultStore
 from tests.dashboards import test_report as rep
+from tests.dashboards.bars import bars, has_interval_legend, wilson_bars
 
 COPY, SHUFFLE = "lines/copy", "lines/shuffle"
 
@@ -41,6 +44,13 @@ def test_floor_report(tmp_path):
     assert (tmp_path / "out" / "floors.png").stat().st_size > 10_000
     pb = {line.split(" | ")[0].strip("| "): line for line in text.split("| decoder |")[1].splitlines()[2:] if line}
     assert set(pb) == {"default", "confidence", "rps"}
+    # floors.png: per operation, each point (TPF = 12 tokens / NFE) with its Wilson interval as a bar, captioned
+    cells, _ = load_cells(tmp_path)
+    fig = figure(cells, floors(st.read()))
+    copy, shuffle = fig.axes  # operations in name order
+    assert bars(copy) == wilson_bars([(12 / 32, 20, 20), (12 / 2, 20, 20), (12 / 1, 18, 20)])
+    assert bars(shuffle) == wilson_bars([(12 / 32, 19, 20), (12 / 6, 10, 20), (12 / 9, 18, 20)])
+    assert has_interval_legend(fig) and INTERVAL_CAPTION in md.read_text()
 
 
 def test_only_default_missing_leaves_no_floor_mark_and_empty_store_is_one_line(tmp_path):

@@ -4,6 +4,7 @@ equal the metrics module's from the records, the grid JSON and MLflow, and headl
 page's columns without a console error."""
 import csv
 import hashlib
+import html
 import json
 import random
 import subprocess
@@ -15,12 +16,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ripple.cli import main
-from ripple.dashboards.leaderboard import build_leaderboard
+from ripple.dashboards.leaderboard import build_leaderboard, section_figure
+from ripple.dashboards.plots import INTERVAL_CAPTION
 from ripple.decoders import get
 from ripple.platform.experiments.metrics import aup, cell_metrics
 from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.tracking import tracking_uri
 from tests.dashboards import test_report as rep  # its SampleRecord maker
+from tests.dashboards.bars import bars, has_interval_legend, wilson_bars
 from tests.dashboards.cdp import Browser
 from tests.platform.gridtools import env
 
@@ -76,6 +79,11 @@ def test_rows_of_different_weights_never_mix_and_dropped_points_are_reported(tmp
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert w1.dropped[0] in page and w1.dropped[0] in md
     assert "http://" not in page and "https://" not in page and 'src="data:image/png;base64,' in page
+    # its plot: each point with its Wilson interval as a bar (3 of 4 correct, or 1 of 4 at tau 0.5), captioned
+    fig = section_figure(w1)
+    assert bars(fig.axes[0]) == wilson_bars([(0.5, 3, 4), (2.0, 3, 4), (3.0, 3, 4), (4.0, 1, 4)])
+    assert has_interval_legend(fig)
+    assert page.count(html.escape(INTERVAL_CAPTION)) == md.count(INTERVAL_CAPTION) == 2  # under each section's plot
 
 
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):

@@ -14,6 +14,7 @@ from ripple.decoders.params import HyperParams, hp
 from ripple.platform.experiments.metrics import pb_scores
 from ripple.platform.experiments.store import ResultStore
 from tests.dashboards import test_report as rep  # its SampleRecord maker
+from tests.dashboards.cdp import Browser
 
 WAIT, SUDOKU = "parallelbench/waiting_line/copy", "parallelbench/puzzle/sudoku_n4_12"
 
@@ -61,9 +62,19 @@ def _cells(store, decoder, task, gen, settings, rng, weights="w1", block=None):
     store.append(recs)
 
 
-def test_leaderboard_pbx_over_the_parallelbench_tasks(tmp_path, steps_decoder):
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    """The leaderboard of a store with known scores: the steps decoder and confidence on two ParallelBench
+    tasks (weights w1), confidence on arith (not ParallelBench-scored) and on one task with weights w2."""
+    tmp_path = tmp_path_factory.mktemp("pbx")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(registry._REGISTRY, StepsDecoder.name, StepsDecoder)
+        _pb_store(ResultStore(tmp_path, "pb"), StepsDecoder.name)
+        return tmp_path, build_leaderboard(tmp_path, tmp_path / "lb")
+
+
+def _pb_store(st, steps_decoder):
     rng = random.Random(3)
-    st = ResultStore(tmp_path, "pb")
     t, f = True, False
     # steps at k = 1, 4, 8 tokens per step: 32/32, 32/8, 32/4 on the waiting line; 64/64, 64/16, 64/8 on sudoku
     k = lambda steps: {"steps": steps, "rank": "margin"}  # noqa: E731
@@ -77,7 +88,11 @@ def test_leaderboard_pbx_over_the_parallelbench_tasks(tmp_path, steps_decoder):
     # a task that is not ParallelBench-scored never counts, and other weights are their own row
     _cells(st, "confidence", "arith", 48, [(c(0.5), [t, t, t, t], 2)], rng)
     _cells(st, "confidence", WAIT, 32, [(c(0.5), [f, f, f, f], 1)], rng, weights="w2")
-    board = build_leaderboard(tmp_path, tmp_path / "lb")
+
+
+def test_leaderboard_pbx_over_the_parallelbench_tasks(board):
+    tmp_path, board = board
+    steps_decoder = StepsDecoder.name
     rows = {(r.weights, r.decoder): r for r in board.pbx if len(r.tasks) > 1 or r.weights == "w2"}
     assert set(rows) == {("w1", steps_decoder), ("w1", "confidence"), ("w2", "confidence")}
     # per task too (PBx per operation) where a decoder has several tasks, after its all-task row
@@ -108,10 +123,11 @@ def test_leaderboard_pbx_over_the_parallelbench_tasks(tmp_path, steps_decoder):
     with (tmp_path / "lb" / "pbx.csv").open() as fh:
         table = list(csv.reader(fh))
     assert tuple(table[0]) == PBX_COLUMNS
-    assert [steps_decoder, "2", "3", "", "1.0", "4.0", "4.0"] in [r[2:] for r in table[1:]]
+    assert [steps_decoder, "all", "2", "3", "", "1.0", "4.0", "4.0"] in [r[2:] for r in table[1:]]
+    assert [steps_decoder, WAIT, "1", "3", "1.0", "1.0", "4.0", "4.0"] in [r[2:] for r in table[1:]]
     data = json.loads((tmp_path / "lb" / "leaderboard.json").read_text())
     (entry,) = [e for e in data["pbx"] if e["decoder"] == "confidence" and e["weights"] == "w1" and len(e["tasks"]) > 1]
-    assert (entry["pb70"], entry["pb80"], entry["tasks"]) == (3.0, None, [SUDOKU, WAIT])
+    assert (entry["pb70"], entry["pb80"], entry["tasks"], entry["task"]) == (3.0, None, [SUDOKU, WAIT], "all")
     assert entry["configurations"][0] == {"setting": "defaults", "tasks": 2, "score": 75.0, "tokens_per_step": 3.0}
     strict = {row["decoder"]: row["strict"] for s in data["sections"] if s["task"] == WAIT for row in s["rows"]}
     assert strict[steps_decoder] == 0.0  # the strict column: every sample's score_strict was 0
@@ -120,6 +136,44 @@ def test_leaderboard_pbx_over_the_parallelbench_tasks(tmp_path, steps_decoder):
     for text in (page, md):
         assert "PBx · ripple-tiny · weights w1" in text and "PB80" in text and "strict %" in text
         assert "tau=0.5 -&gt; score 37.5 at 8.00 tokens/step" in text or "tau=0.5 -> score 37.5 at 8.00" in text
+    # every PBx row and note names its task, or "all" for the decoder's row over its tasks
+    w1 = md.split("## PBx · ripple-tiny · weights w1")[1].split("\n## ")[0].splitlines()
+    assert [tuple(line.strip("| ").split(" | ")[:2]) for line in w1 if line.startswith("| ")][1:] == SCOPES["w1"]
+    assert [line[2:].split(": ")[0] for line in w1 if line.startswith("- ")] == [_note_scope(*k) for k in SCOPES["w1"]]
+
+
+SCOPES = {"w1": [("confidence", "all"), ("confidence", SUDOKU), ("confidence", WAIT),  # registry order, "all" first
+                 (StepsDecoder.name, "all"), (StepsDecoder.name, SUDOKU), (StepsDecoder.name, WAIT)],
+          "w2": [("confidence", WAIT)]}  # one task: its row is that task's
+
+
+def _note_scope(decoder: str, task: str) -> str:
+    return f"{decoder}, all 2 tasks" if task == "all" else f"{decoder}, task {task}"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("chromium")
+def test_every_pbx_row_and_note_names_its_task_in_headless_chromium(board, tmp_path):
+    root, _ = board
+    browser = Browser(tmp_path / "chromium")
+    try:
+        browser.open((root / "lb" / "leaderboard.html").as_uri())
+        seen = browser.js("""Array.from(document.querySelectorAll('h2')).filter(h => h.textContent.startsWith('PBx'))
+          .map(h => { const out = {title: h.textContent, head: [], rows: [], notes: []};
+            for (let e = h.nextElementSibling; e && e.tagName !== 'H2'; e = e.nextElementSibling) {
+              if (e.tagName === 'TABLE') {
+                out.head = Array.from(e.tHead.rows[0].cells).map(c => c.textContent);
+                out.rows = Array.from(e.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.textContent)); }
+              else if (e.classList.contains('note')) out.notes.push(e.textContent); }
+            return out; })""")
+        assert browser.errors == []
+    finally:
+        browser.close()
+    assert [p["title"] for p in seen] == ["PBx · ripple-tiny · weights w1", "PBx · ripple-tiny · weights w2"]
+    for page, weights in zip(seen, ("w1", "w2")):
+        assert page["head"][:3] == ["decoder", "task", "tasks"]
+        assert [tuple(r[:2]) for r in page["rows"]] == SCOPES[weights]
+        assert [n.split(": ")[0] for n in page["notes"]] == [_note_scope(*k) for k in SCOPES[weights]]
 
 
 def test_a_block_shorter_than_the_response_is_another_configuration(tmp_path, steps_decoder):

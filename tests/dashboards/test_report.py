@@ -6,13 +6,16 @@ import json
 import random
 import re
 
+import polars as pl
 import pytest
 from PIL import Image
 
 from ripple.cli import main
-from ripple.dashboards.report import build_report
+from ripple.dashboards.plots import INTERVAL_CAPTION
+from ripple.dashboards.report import build_report, pareto_figure, sensitivity_figure, sensitivity_groups
 from ripple.decoders import get
 from ripple.platform.experiments.store import ResultStore, SampleRecord
+from tests.dashboards.bars import bars, has_interval_legend, wilson_bars
 
 EXP = "exp"
 
@@ -267,3 +270,28 @@ def test_the_main_table_shows_throughput_when_a_cell_ran_in_batches(report, tmp_
     for row in main.rows:
         mine = [r for r in recs if r.decoder == row[0]]  # two batches of 4, 0.5 s and 1.5 s of wall time
         assert row[col] == f"{sum(r.generated_tokens for r in mine) / 2.0:.1f}"
+
+
+def test_accuracy_plots_draw_each_points_wilson_interval(store, report):
+    """The Pareto plot (accuracy vs TPS, vs mean NFE) and the sensitivity plot: one bar per point, from the
+    Wilson interval of the point's correct / samples counted here from the records; the caption says so."""
+    _, final = store
+    exp = expected(final)
+    counts = {}  # cell id -> (correct, samples without error)
+    for (cid, _), r in final.items():
+        c, n = counts.get(cid, (0, 0))
+        counts[cid] = (c + bool(r.correct), n + 1) if r.error is None else (c, n)
+    cells = report.cells.filter((pl.col("task") == "arith") & (pl.col("gen_length") == 48))
+    assert cells.height == 5  # default, confidence, rps at three lambdas
+    fig = pareto_figure(cells, "t")
+    for ax, key in zip(fig.axes, ("tps", "nfe")):
+        want = wilson_bars((exp[cid][key], *counts[cid]) for cid in cells["cell_id"])
+        assert bars(ax) == want
+    assert has_interval_legend(fig)
+    ((_, rows, _),) = [g for g in sensitivity_groups(report.cells) if g[0]["task"] == "arith"]
+    fig = sensitivity_figure(rows, "lambda", "t")
+    assert bars(fig.axes[0]) == wilson_bars((exp[cid]["params"]["lambda"], *counts[cid]) for cid in rows["cell_id"])
+    assert has_interval_legend(fig)
+    md = (report.out_dir / "report.md").read_text()
+    # under the Pareto plots of each main table (lengths 48 and 96) and under each sensitivity plot
+    assert md.count(f"Pareto plots: {INTERVAL_CAPTION}") == 2 and md.count(INTERVAL_CAPTION) == 4

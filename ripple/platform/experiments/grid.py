@@ -28,7 +28,7 @@ import polars as pl
 
 from ...errors import RippleError, Terminated, signals_deferred, stop_on_sigterm
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
-from .metrics import CellSummary, baseline_ids, summarize_cells
+from .metrics import CellSummary, baseline_ids, strict_text, summarize_cells
 from .store import KEY, ResultStore, SampleRecord, StoreFull
 from .workers import WorkItem
 
@@ -441,8 +441,13 @@ THROUGHPUT_NOTE = ("TPS and speedup are batch-1 figures (samples decoded alone; 
                    "generated tokens per second of wall time across each worker's batches, at the largest batch size.")
 
 
+STRICT_NOTE = ("strict % is ParallelBench's score_strict: the same rule on a strictly formatted answer "
+               "(- for a task without it).")
+
+
 def format_table(run: GridRun) -> str:
-    """The comparison table: one row per cell; settings shared by every cell go to the header line."""
+    """The comparison table: one row per cell; settings shared by every cell go to the header line; a strict
+    column where a task has ParallelBench's strict figure, as eval, the leaderboard and MLflow show it."""
     sums = run.summaries
     if not sums:
         return f"grid {run.store.experiment}: no samples stored"
@@ -464,16 +469,18 @@ def format_table(run: GridRun) -> str:
         head += f"; batch size {'/'.join(map(str, sizes))}"
     errors = any(s.errors for s in sums)
     edited = any(s.mean_edits is not None for s in sums)  # token editing: edits per sample
+    strict = any(s.strict is not None for s in sums)  # ParallelBench's strict figure, where a task has one
     keys = [["task", *varying, "decoder"]] + [[s.cell.task, *(str(value(s.cell, c)) for c in varying),
                                                 s.cell.label()] for s in sums]
     minimum = [7] + [0] * len(varying) + [11]  # the widths of the original demo table
     widths = [max(m, *(len(row[i]) for row in keys)) for i, m in enumerate(minimum)]
     cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}", _tpf(s.tpf), _number(s.tps),
              s.speedup_text()] + ([_number(s.throughput)] if batched else [])
-            + ([_tpf(s.mean_edits or 0.0)] if edited else []) + ([str(s.errors)] if errors else [])
+            + ([strict_text(s.strict)] if strict else []) + ([_tpf(s.mean_edits or 0.0)] if edited else [])
+            + ([str(s.errors)] if errors else [])
             for s in sums]
     metrics = (["accuracy %", "mean NFE", "TPF", "TPS", "speedup"] + (["throughput"] if batched else [])
-               + (["edits"] if edited else []) + (["errors"] if errors else []))
+               + (["strict %"] if strict else []) + (["edits"] if edited else []) + (["errors"] if errors else []))
     mwidths = [max(len(m), *(len(c[i]) for c in cols)) for i, m in enumerate(metrics)]
 
     def line(keys_: list[str], values: list[str]) -> str:
@@ -485,6 +492,8 @@ def format_table(run: GridRun) -> str:
     for row, values in zip(keys[1:], cols):
         lines.append(line(row, values))
     lines.append(INTERVALS_NOTE)
+    if strict:
+        lines.append(STRICT_NOTE)
     if batched:
         lines.append(THROUGHPUT_NOTE)
     return "\n".join(lines)

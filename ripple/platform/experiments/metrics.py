@@ -235,6 +235,11 @@ def strict_score(ok: pl.DataFrame) -> float | None:
     return 100 * float(ok["score_strict"].fill_null(0.0).sum()) / ok.height
 
 
+def strict_text(value: float | None) -> str:
+    """The strict figure as every table prints it (`87.5`, percent; `-` for a cell without one)."""
+    return "-" if value is None else f"{value:.1f}"
+
+
 def mean_edits(ok: pl.DataFrame) -> float | None:
     """Mean token edits per sample, or None when no sample edited (or the records predate editing)."""
     if "edits" not in ok.columns or ok.height == 0:

@@ -1,0 +1,50 @@
+"""`ripple grid`'s printed table from known records (no grid run): a strict column where a task reports
+ParallelBench's strict figure (`lines/<op>`), `-` for a task without one, none when no task has one."""
+import random
+
+from ripple.platform.experiments.grid import STRICT_NOTE, GridRun, format_table
+from ripple.platform.experiments.metrics import CellSummary, baseline_ids, summarize_cells
+from ripple.platform.experiments.spec import Cell
+from ripple.platform.experiments.store import ResultStore
+from tests.dashboards import test_report as rep  # its SampleRecord maker
+
+
+def _run(tmp_path, cells) -> GridRun:
+    """A finished grid's run over `cells` ((decoder, task, [(correct, score_strict)] per sample)), as stored."""
+    store = ResultStore(tmp_path, "lines")
+    rng = random.Random(0)
+    for decoder, task, samples in cells:
+        store.append([rep.record(f"{decoder}-{task}", decoder, rep.params(decoder), task, 32, f"s{i}", rng,
+                                 experiment="lines", model="ripple-tiny-lines", correct=ok, score_strict=strict)
+                      for i, (ok, strict) in enumerate(samples)])
+    records = store.read()
+    firsts = records.unique(subset="cell_id", keep="first", maintain_order=True)
+    by_id = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
+    stats = summarize_cells(records, baseline_ids(by_id))
+    summaries = [CellSummary(by_id[cid], stats[cid]) for cid in by_id]
+    return GridRun(None, store, "r", records.height, 0, records.height, summaries)  # the table reads no spec
+
+
+def test_the_grid_table_prints_the_strict_column_where_a_task_has_one(tmp_path):
+    t, f = True, False
+    run = _run(tmp_path, [("default", "lines/copy", [(t, 1.0), (t, 1.0), (t, 0.0), (f, 0.0)]),  # strict 50 %
+                          ("confidence", "lines/copy", [(t, 1.0), (t, 1.0), (f, 0.0), (f, 0.0)]),  # strict 50 %
+                          ("confidence", "lines/shuffle", [(t, 1.0), (t, 1.0), (t, 1.0), (t, 0.0)]),  # strict 75 %
+                          ("default", "arith", [(t, None), (f, None), (t, None), (t, None)])])  # no strict figure
+    lines = format_table(run).splitlines()
+    head = [c.strip() for c in lines[1].strip("|").split("|")]
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): [c.strip() for c in line.strip("|").split("|")]
+            for line in lines[3:] if line.startswith("|")}
+    col = head.index("strict %")
+    assert head[col - 1] == "speedup"  # after the columns every grid has, as the leaderboard places it
+    assert {k: r[col] for k, r in rows.items()} == {("lines/copy", "default"): "50.0",
+                                                    ("lines/copy", "confidence"): "50.0",
+                                                    ("lines/shuffle", "confidence"): "75.0", ("arith", "default"): "-"}
+    assert rows[("lines/copy", "default")][head.index("accuracy %")].startswith("75.0 ±")  # accuracy is not strict
+    assert STRICT_NOTE in lines
+
+
+def test_no_strict_column_without_a_strict_figure(tmp_path):
+    run = _run(tmp_path, [("default", "arith", [(True, None), (False, None)])])
+    table = format_table(run)
+    assert "strict %" not in table and STRICT_NOTE not in table
