@@ -3,15 +3,24 @@
 Every Ray process a test starts runs on loopback with token auth set the same way on
 every side (driver, `ray start`, `ray job submit`), from an in-memory token, so nothing is
 written to ~/.ray and `ray job submit` never meets the "Missing authentication token" trap.
+
+A `ripple grid` subprocess joins one Ray head per test process (`shared_head`, through RAY_ADDRESS,
+as a driver on a cluster does) unless its test is about the Ray a driver starts and stops itself
+(`own_ray=True`): starting and stopping a local Ray costs a driver about 4 s, which most grid tests,
+about resume, faults and records rather than Ray's start-up, need not pay again and again.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,15 +45,15 @@ RAY_ENV = {
 
 @contextmanager
 def local_ray():
-    """Ray started in this process on loopback (as `ripple grid` would), for a module's grids to join;
-    shut down on exit."""
+    """Ray for a module's in-process grids and sweeps to join: this process connects to the shared head
+    (as a driver on a cluster does); disconnected on exit."""
     import pytest
 
     with pytest.MonkeyPatch.context() as mp:
         for key, value in RAY_ENV.items():
             if not key.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
                 mp.setenv(key, value)
-        mp.delenv("RAY_ADDRESS", raising=False)
+        mp.setenv("RAY_ADDRESS", shared_head())
         import ray
 
         from ripple.platform.experiments.grid import connect_ray
@@ -56,29 +65,107 @@ def local_ray():
             ray.shutdown()
 
 
-def env(**extra: str) -> dict[str, str]:
+def env(own_ray: bool = True, **extra: str) -> dict[str, str]:
+    """The environment of a Ray-side process: RAY_ENV, no inherited store, tracking URI or cluster, and
+    the shared head's address unless `own_ray`."""
     out = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "RIPPLE_STORE")}
-    return {**out, **RAY_ENV, **extra}
+    joined = {} if own_ray else {"RAY_ADDRESS": shared_head(), **SHARED_AUTH}
+    return {**out, **RAY_ENV, **joined, **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_bin(*args: str) -> list[str]:
+    """The `ray` command of this environment."""
+    return [str(Path(sys.executable).parent / "ray"), *args]
+
+
+def start_head(*options: str, **extra_env: str) -> tuple[subprocess.Popen, int, str]:
+    """`ray start --head --block` on loopback in its own process group, every port of its own (two test
+    processes, or another Ray on this host, hold the fixed defaults); (process, GCS port, temp dir).
+    Its temp dir is short: Ray's socket paths must fit 107 bytes."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    port = free_port()
+    head = subprocess.Popen(
+        ray_bin("start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+                f"--num-cpus={os.cpu_count()}", f"--temp-dir={ray_tmp}", f"--ray-client-server-port={free_port()}",
+                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+                f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}", *options),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(**extra_env), start_new_session=True)
+    return head, port, ray_tmp
+
+
+def group_alive(pgid: int) -> bool:
+    """A live (not zombie) process is left in the group."""
+    out = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+    return any(not state.startswith("Z") for state in out)
+
+
+def stop_head(head: subprocess.Popen, grace: float = 3) -> None:
+    """Stop a head: SIGTERM to its whole process group, then SIGKILL whatever is left after `grace` s."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(head.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.time() + wait
+        while time.time() < deadline and (head.poll() is None or group_alive(head.pid)):  # poll() reaps it
+            time.sleep(0.2)
+        if not group_alive(head.pid):
+            break
+    head.wait(timeout=30)
+
+
+_SHARED: dict[str, str] = {}
+# The shared head runs without token auth: the test process joins it too (`local_ray`), and Ray fixes a
+# process's auth mode at its first use (pytest's is off). Token auth is tested on heads of their own.
+SHARED_AUTH = {"RAY_AUTH_MODE": "disabled"}
+
+
+def shared_head() -> str:
+    """The address of this test process's Ray head, started at its first use and killed at exit (a
+    head's SIGTERM drains for 30 s; nothing of this one needs keeping)."""
+    if "address" not in _SHARED:
+        head, port, ray_tmp = start_head("--include-dashboard=false", **SHARED_AUTH)
+
+        def stop() -> None:
+            stop_head(head, grace=0)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+
+        atexit.register(stop)
+        address = f"127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while subprocess.run(ray_bin("health-check", "--address", address), env=env(**SHARED_AUTH),
+                             capture_output=True).returncode != 0:
+            assert head.poll() is None and time.time() < deadline, "the shared Ray head did not come up"
+            time.sleep(0.3)
+        _SHARED["address"] = address
+    return _SHARED["address"]
 
 
 def grid_cmd(*args: str, command: str = "grid") -> list[str]:
     return [sys.executable, "-m", "ripple.cli", command, *args]
 
 
-def run_grid(*args: str, timeout: float = 300) -> dict:
-    """`ripple grid ... --json` to completion; its JSON summary."""
-    proc = subprocess.run(grid_cmd(*args, "--json"), capture_output=True, text=True, env=env(), timeout=timeout)
+def run_grid(*args: str, timeout: float = 300, own_ray: bool = False) -> dict:
+    """`ripple grid ... --json` to completion (on the shared head unless `own_ray`); its JSON summary."""
+    proc = subprocess.run(grid_cmd(*args, "--json"), capture_output=True, text=True, env=env(own_ray),
+                          timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])  # the summary is the last line (Ray may print before it)
 
 
-def start_grid(*args: str, command: str = "grid", stdout=subprocess.DEVNULL) -> subprocess.Popen:
+def start_grid(*args: str, command: str = "grid", stdout=subprocess.DEVNULL, own_ray: bool = False) -> subprocess.Popen:
     """A driver (`ripple grid`, or `command`) in its own process group, so a test can SIGKILL it and
-    everything it started. SIGINT is reset to its default for it: a suite started in the background of
-    a non-interactive shell (`make test &`) inherits SIGINT ignored, and Python keeps an ignored SIGINT
-    ignored."""
+    everything it started (on the shared head unless `own_ray`: Ray ends a dead driver's workers).
+    SIGINT is reset to its default for it: a suite started in the background of a non-interactive shell
+    (`make test &`) inherits SIGINT ignored, and Python keeps an ignored SIGINT ignored."""
     return subprocess.Popen(grid_cmd(*args, command=command), stdout=stdout, stderr=subprocess.PIPE, text=True,
-                            env=env(), start_new_session=True,
+                            env=env(own_ray), start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 

@@ -95,7 +95,8 @@ def test_a_signal_during_a_trial_stops_the_sweep_and_the_same_command_completes_
 
     spec, store_dir = write_spec(tmp_path / "spec.yaml", SPEC), tmp_path / "store"
     store = ResultStore(store_dir, "stopped")
-    proc = start_grid(str(spec), "--store", str(store_dir), command="sweep", stdout=subprocess.PIPE)
+    proc = start_grid(str(spec), "--store", str(store_dir), command="sweep", stdout=subprocess.PIPE,
+                      own_ray=True)  # its Ray is shut down: checked below
     before, out, err = signal_when(proc, lambda: _wait_for_a_trial_sample(store, proc), signum, timeout=30)
     assert proc.returncode == status, err[-3000:]
     trial = before.filter(pl.col("decoder") == "topk")

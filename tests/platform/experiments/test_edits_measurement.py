@@ -56,7 +56,7 @@ def test_edits_reach_records_grid_table_json_mlflow_and_leaderboard(tmp_path):
     assert conf["edits"].sum() / conf.height == pytest.approx(by_decoder["confidence"]["mean_edits"])
     assert (records.filter(pl.col("decoder") == "default")["edits"] == 0).all()
     # the table (a re-run resumes: everything is stored, the table is printed again)
-    table = subprocess.run(grid_cmd(str(spec), "--store", str(store_dir)), capture_output=True, text=True, env=env(),
+    table = subprocess.run(grid_cmd(str(spec), "--store", str(store_dir)), capture_output=True, text=True, env=env(own_ray=False),
                            timeout=300)
     assert table.returncode == 0, table.stderr[-2000:]
     head = next(line for line in table.stdout.splitlines() if "accuracy %" in line)

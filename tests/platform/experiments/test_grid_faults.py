@@ -89,7 +89,7 @@ def test_a_truncated_part_file_is_quarantined_recomputed_and_reported(tmp_path, 
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
 
     proc = subprocess.run(grid_cmd(str(spec), "--store", str(store_dir), "--no-tracking", "--json"),
-                          capture_output=True, text=True, env=env(), timeout=300)
+                          capture_output=True, text=True, env=env(own_ray=False), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [ln for ln in proc.stderr.splitlines() if victim.name in ln]
     assert len(warnings) == 1, proc.stderr
@@ -119,7 +119,7 @@ def test_a_full_disk_stops_the_grid_in_one_line_and_a_rerun_after_freeing_space_
     spec, store_dir = _spec(tmp_path, "full", 8, gen=16, block=16, decoders="default, confidence"), small_tmpfs / "store"
     store = ResultStore(store_dir, "full")
     proc = subprocess.run(grid_cmd(str(spec), "--store", str(store_dir), "--no-tracking", "--json"),
-                          capture_output=True, text=True, env=env(), timeout=300)  # --json: no progress bar
+                          capture_output=True, text=True, env=env(own_ray=False), timeout=300)  # --json: no progress bar
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-3000:]
     kept = stored(store).height
@@ -140,7 +140,7 @@ def test_a_full_disk_under_the_mlflow_store_is_one_line_and_leaves_no_half_made_
     after freeing space starts clean instead of failing on it."""
     spec, store_dir = _spec(tmp_path, "tracked", 2, gen=16, block=16), small_tmpfs / "store"
     proc = subprocess.run(grid_cmd(str(spec), "--store", str(store_dir), "--json"),
-                          capture_output=True, text=True, env=env(), timeout=300)
+                          capture_output=True, text=True, env=env(own_ray=False), timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert lines[0] == (f"ripple grid: error: MLflow tracking store sqlite:///{store_dir / 'mlflow.db'} is full "
@@ -160,7 +160,7 @@ def test_sigint_and_sigterm_stop_a_grid_cleanly(tmp_path, signum, status):
     # slow default cell after it even on a loaded machine (a signal waits for the sample in flight)
     spec, store_dir = _spec(tmp_path, "stopped", 6, decoders="confidence, default"), tmp_path / "store"
     store = ResultStore(store_dir, "stopped")
-    proc = start_grid(str(spec), "--store", str(store_dir))
+    proc = start_grid(str(spec), "--store", str(store_dir), own_ray=True)  # its Ray is shut down: checked below
     _, _, err = signal_when(proc, lambda: wait_for_records(store, 1, proc), signum, timeout=120)
     assert proc.returncode == status, err[-3000:]
     assert "Traceback" not in err and "what was stored is kept, and a re-run resumes" in err

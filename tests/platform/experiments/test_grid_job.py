@@ -7,11 +7,8 @@ signalling its own process group, so no other Ray instance on the machine is tou
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,60 +16,23 @@ import pytest
 
 from ripple.platform.experiments.store import ResultStore
 
-from tests.platform.gridtools import env
+from tests.platform.gridtools import env, free_port, group_alive, ray_bin, start_head, stop_head
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ray(*args: str) -> list[str]:
-    return [str(Path(sys.executable).parent / "ray"), *args]
-
-
-def _stop(head: subprocess.Popen) -> None:
-    """Stop the head: SIGTERM to its whole process group, then SIGKILL whatever is left after 3 s."""
-    for sig, grace in ((signal.SIGTERM, 3), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(head.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.time() + grace
-        while time.time() < deadline and (head.poll() is None or _group_alive(head.pid)):  # poll() reaps it
-            time.sleep(0.2)
-        if not _group_alive(head.pid):
-            break
-    head.wait(timeout=30)
-
-
-def _group_alive(pgid: int) -> bool:
-    """A live (not zombie) process is left in the group."""
-    out = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
-    return any(not state.startswith("Z") for state in out)
-
-
 def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
-    ray_tmp = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
-    gcs, dash = _free_port(), _free_port()
+    dash = free_port()
     # `ripple` and `python` inside the job are whatever is on the head's PATH: put the venv first
-    head_env = env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    head = subprocess.Popen(
-        _ray("start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}", "--num-cpus=2",
-             "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-             # the job agent's fixed default port (52365) may be held by another Ray on this host (a grid
-             # in another shell); then the head has no job agent and refuses every submission
-             f"--dashboard-agent-listen-port={_free_port()}",
-             f"--temp-dir={ray_tmp}"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=head_env, start_new_session=True)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    head_env = env(PATH=path)
+    head, _, ray_tmp = start_head("--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+                                  PATH=path)
     store_dir = tmp_path / "store"
     try:
         deadline = time.time() + 120
-        while subprocess.run(_ray("job", "list", "--address", f"http://127.0.0.1:{dash}"), env=head_env,
+        while subprocess.run(ray_bin("job", "list", "--address", f"http://127.0.0.1:{dash}"), env=head_env,
                              capture_output=True).returncode != 0:
             assert head.poll() is None and time.time() < deadline, "the Ray head did not come up"
             time.sleep(1)
@@ -80,7 +40,7 @@ def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
         # then refuses the submission with "No available agent ... try again later", so do as it says
         while True:
             job = subprocess.run(
-                _ray("job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", ".", "--",
+                ray_bin("job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", ".", "--",
                      "ripple", "grid", "rps-tiny", "--limit", "1", "--store", str(store_dir), "--json"),
                 cwd=REPO, env=head_env, capture_output=True, text=True, timeout=600)
             if "No available agent to submit job" not in job.stderr or time.time() > deadline:
@@ -91,9 +51,9 @@ def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
         summary = json.loads(next(ln for ln in job.stdout.splitlines() if ln.startswith('{"spec"')))
         assert (summary["planned"], summary["computed"]) == (27, 27)
     finally:
-        _stop(head)
+        stop_head(head)
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert not _group_alive(head.pid)  # the head and everything it started is gone
+    assert not group_alive(head.pid)  # the head and everything it started is gone
     records = ResultStore(store_dir, "rps-tiny").read()
     assert records.height == 27 and records["error"].null_count() == 27
     assert records["cell_id"].n_unique() == 27 and (records["nfe"] > 0).all()
