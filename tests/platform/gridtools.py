@@ -55,7 +55,12 @@ def local_ray():
                 mp.setenv(key, value)
         mp.setenv("RAY_ADDRESS", shared_head())
         import ray
+        from ray._private import ray_constants
 
+        # what RAY_ENV's RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 does to a process that imports Ray after it is
+        # set: a loopback address stays loopback (Ray imported earlier in this process would otherwise
+        # resolve 127.0.0.1 to the host's address, where the head does not listen)
+        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
         from ripple.platform.experiments.grid import connect_ray
 
         connect_ray()
@@ -94,9 +99,19 @@ def start_head(*options: str, **extra_env: str) -> tuple[subprocess.Popen, int, 
         ray_bin("start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
                 f"--num-cpus={os.cpu_count()}", f"--temp-dir={ray_tmp}", f"--ray-client-server-port={free_port()}",
                 f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-                f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}", *options),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(**extra_env), start_new_session=True)
+                f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+                f"--dashboard-port={free_port()}", *options),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(**extra_env), start_new_session=True,
+        preexec_fn=_end_with_parent)
     return head, port, ray_tmp
+
+
+def _end_with_parent() -> None:
+    """In the head's process: SIGTERM when the test process that started it dies (killed, it runs no
+    atexit), which stops the head and what it started."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def group_alive(pgid: int) -> bool:

@@ -23,12 +23,11 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
-    dash = free_port()
     # `ripple` and `python` inside the job are whatever is on the head's PATH: put the venv first
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     head_env = env(PATH=path)
-    head, _, ray_tmp = start_head("--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-                                  PATH=path)
+    head, _, ray_tmp = start_head("--include-dashboard=true", "--dashboard-host=127.0.0.1", PATH=path)
+    dash = next(int(a.split("=")[1]) for a in head.args if a.startswith("--dashboard-port="))
     store_dir = tmp_path / "store"
     try:
         deadline = time.time() + 120
