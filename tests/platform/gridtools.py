@@ -7,7 +7,8 @@ written to ~/.ray and `ray job submit` never meets the "Missing authentication t
 A `ripple grid` subprocess joins one Ray head per test process (`shared_head`, through RAY_ADDRESS,
 as a driver on a cluster does) unless its test is about the Ray a driver starts and stops itself
 (`own_ray=True`): starting and stopping a local Ray costs a driver about 4 s, which most grid tests,
-about resume, faults and records rather than Ray's start-up, need not pay again and again.
+about resume, faults and records rather than Ray's start-up, need not pay again and again. In-process
+grids and sweeps start Ray in the test process (`local_ray`).
 """
 from __future__ import annotations
 
@@ -45,22 +46,18 @@ RAY_ENV = {
 
 @contextmanager
 def local_ray():
-    """Ray for a module's in-process grids and sweeps to join: this process connects to the shared head
-    (as a driver on a cluster does); disconnected on exit."""
+    """Ray started in this process on loopback (as `ripple grid` would), for a module's grids to join;
+    shut down on exit. (Not the shared head: a process that has started and stopped a local Ray of its
+    own, as an in-process `ripple demo` does, then has its actors on a joined head cancelled.)"""
     import pytest
 
     with pytest.MonkeyPatch.context() as mp:
         for key, value in RAY_ENV.items():
             if not key.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
                 mp.setenv(key, value)
-        mp.setenv("RAY_ADDRESS", shared_head())
+        mp.delenv("RAY_ADDRESS", raising=False)
         import ray
-        from ray._private import ray_constants
 
-        # what RAY_ENV's RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 does to a process that imports Ray after it is
-        # set: a loopback address stays loopback (Ray imported earlier in this process would otherwise
-        # resolve 127.0.0.1 to the host's address, where the head does not listen)
-        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
         from ripple.platform.experiments.grid import connect_ray
 
         connect_ray()
@@ -74,7 +71,7 @@ def env(own_ray: bool = True, **extra: str) -> dict[str, str]:
     """The environment of a Ray-side process: RAY_ENV, no inherited store, tracking URI or cluster, and
     the shared head's address unless `own_ray`."""
     out = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "RIPPLE_STORE")}
-    joined = {} if own_ray else {"RAY_ADDRESS": shared_head(), **SHARED_AUTH}
+    joined = {} if own_ray else {"RAY_ADDRESS": shared_head()}
     return {**out, **RAY_ENV, **joined, **extra}
 
 
@@ -136,16 +133,13 @@ def stop_head(head: subprocess.Popen, grace: float = 3) -> None:
 
 
 _SHARED: dict[str, str] = {}
-# The shared head runs without token auth: the test process joins it too (`local_ray`), and Ray fixes a
-# process's auth mode at its first use (pytest's is off). Token auth is tested on heads of their own.
-SHARED_AUTH = {"RAY_AUTH_MODE": "disabled"}
 
 
 def shared_head() -> str:
     """The address of this test process's Ray head, started at its first use and killed at exit (a
     head's SIGTERM drains for 30 s; nothing of this one needs keeping)."""
     if "address" not in _SHARED:
-        head, port, ray_tmp = start_head("--include-dashboard=false", **SHARED_AUTH)
+        head, port, ray_tmp = start_head("--include-dashboard=false")
 
         def stop() -> None:
             stop_head(head, grace=0)
@@ -154,7 +148,7 @@ def shared_head() -> str:
         atexit.register(stop)
         address = f"127.0.0.1:{port}"
         deadline = time.time() + 120
-        while subprocess.run(ray_bin("health-check", "--address", address), env=env(**SHARED_AUTH),
+        while subprocess.run(ray_bin("health-check", "--address", address), env=env(),
                              capture_output=True).returncode != 0:
             assert head.poll() is None and time.time() < deadline, "the shared Ray head did not come up"
             time.sleep(0.3)

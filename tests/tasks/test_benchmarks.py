@@ -9,6 +9,8 @@ import pytest
 from ripple.tasks import get_task
 from ripple.tasks.verify import verify_task
 
+from tests.clitools import run_cli
+
 
 @pytest.fixture(scope="module")
 def data(shared):
@@ -58,6 +60,8 @@ def test_a_code_reference_is_scored_through_the_sandbox(data):
 
 
 def _cli(*args, env_extra=None, timeout=600):
+    """A `ripple` process: for what depends on the environment it starts with (the hub's offline
+    switches are read when `datasets` is first imported)."""
     import os
     import subprocess
     import sys
@@ -68,6 +72,11 @@ def _cli(*args, env_extra=None, timeout=600):
                           timeout=timeout)
 
 
+def _ripple(*args, env_extra=None):
+    """`ripple ARGS` in this process, without RIPPLE_DATA_DIR unless `env_extra` sets it."""
+    return run_cli(args, env=env_extra, unset=("RIPPLE_DATA_DIR",))
+
+
 def test_offline_without_data_says_how_to_supply_it():
     proc = _cli("tasks", "verify", "gsm8k")
     assert proc.returncode == 2 and proc.stdout == ""
@@ -76,20 +85,20 @@ def test_offline_without_data_says_how_to_supply_it():
 
 
 def test_missing_and_corrupt_data_are_one_line_errors(tmp_path, data):
-    proc = _cli("tasks", "verify", "mbpp", "--data-dir", str(tmp_path / "nowhere"))
+    proc = _ripple("tasks", "verify", "mbpp", "--data-dir", str(tmp_path / "nowhere"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "does not exist" in proc.stderr
-    proc = _cli("tasks", "verify", "mbpp", "--data-dir", str(tmp_path))
+    proc = _ripple("tasks", "verify", "mbpp", "--data-dir", str(tmp_path))
     assert proc.returncode == 2 and "mbpp/mbpp.jsonl" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     (tmp_path / "gsm8k").mkdir()
     (tmp_path / "gsm8k/test.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n{"question": \n')
     (tmp_path / "gsm8k/train.jsonl").write_text((data / "gsm8k/train.jsonl").read_text()[:20000].rsplit("\n", 1)[0])
-    proc = _cli("tasks", "verify", "gsm8k", "--data-dir", str(tmp_path), env_extra={"RIPPLE_DATA_DIR": "/nonexistent"})
+    proc = _ripple("tasks", "verify", "gsm8k", "--data-dir", str(tmp_path), env_extra={"RIPPLE_DATA_DIR": "/nonexistent"})
     assert proc.returncode == 2 and proc.stdout == ""
     assert "corrupt at line 2" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_the_data_directory_can_come_from_the_environment(data):
-    proc = _cli("tasks", "verify", "gsm8k", "--limit", "20", "--json", env_extra={"RIPPLE_DATA_DIR": str(data)})
+    proc = _ripple("tasks", "verify", "gsm8k", "--limit", "20", "--json", env_extra={"RIPPLE_DATA_DIR": str(data)})
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["task"] == "gsm8k" and report["n"] == 20
@@ -97,7 +106,7 @@ def test_the_data_directory_can_come_from_the_environment(data):
 
 
 def test_tasks_list_names_every_benchmark():
-    proc = _cli("tasks", "list", "--json")
+    proc = _ripple("tasks", "list", "--json")
     rows = {r["task"]: r for r in json.loads(proc.stdout)}
     assert {"gsm8k", "math500", "humaneval", "mbpp", "arith", "pyfunc"} <= set(rows)
     assert rows["mbpp"]["source"] == "google-research-datasets/mbpp" and rows["humaneval"]["metric"] == "pass@1"
@@ -107,7 +116,7 @@ def test_tasks_list_names_every_benchmark():
 @pytest.mark.parametrize("name", ["gsm8k", "math500", "humaneval", "mbpp"])
 def test_ripple_tiny_runs_end_to_end_on_each_benchmark(name, data, tmp_path):
     samples = tmp_path / "samples.jsonl"
-    proc = _cli("eval", "--model", "ripple-tiny", "--task", name, "--decoder", "confidence", "--data-dir", str(data),
+    proc = _ripple("eval", "--model", "ripple-tiny", "--task", name, "--decoder", "confidence", "--data-dir", str(data),
                 "--limit", "2", "--cache", "prefix", "--samples-out", str(samples), "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)

@@ -12,6 +12,8 @@ from safetensors.torch import load_file
 from ripple.platform.runtime.loading import load_model
 from ripple.platform.training.train import PRESETS, train
 
+from tests.clitools import run_cli
+
 
 def test_micro_run_lowers_the_loss_and_exports_a_loadable_llada_checkpoint(tmp_path):
     summary = train(PRESETS["micro"](str(tmp_path / "m"), steps=20), progress=False)
@@ -72,9 +74,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
 
 
 def test_bad_training_input(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(tmp_path), "--preset", "huge"],
-                          capture_output=True, text=True)
+    proc = run_cli(["train-tiny", "--out", str(tmp_path), "--preset", "huge"])
     assert proc.returncode == 2 and "unknown preset 'huge'; accepted: tiny, micro, tiny-bd, micro-bd" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(tmp_path), "--steps", "0"],
-                          capture_output=True, text=True)
+    proc = run_cli(["train-tiny", "--out", str(tmp_path), "--steps", "0"])
     assert proc.returncode == 2 and "--steps must be positive" in proc.stderr
