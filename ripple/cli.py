@@ -250,6 +250,8 @@ def eval_parser(sub) -> None:
                         "does: multiturn (default: each few-shot example its own turn) or singleturn "
                         "(--fewshot_as_multiturn false: the whole prompt as one user turn)")
     e.add_argument("--samples-out", metavar=FILE, help="also write one JSON line per sample")
+    e.add_argument("--traces", action="store_true", help="keep each sample's decode trace (its --samples-out line's "
+                   "`trace`: every forward's commits with their probabilities)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
 
@@ -262,7 +264,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         write = (lambda r: (sink.write(json.dumps(r.__dict__) + "\n"), sink.flush())) if sink else None
         result = evaluate(args.model, args.task, args.decoder, limit=args.limit, data_dir=args.data_dir,
-                          chat=args.chat or False, progress=not args.json, on_sample=write, **decode_kwargs(args))
+                          chat=args.chat or False, progress=not args.json, on_sample=write, traces=args.traces,
+                          **decode_kwargs(args))
     finally:
         if sink:
             sink.close()
