@@ -79,6 +79,10 @@ examples:
       --gen-length 256 --block-length 32 --dtype bfloat16 --device cuda
   ripple generate --model ../shared/golden/diffusion-gemma-tiny --input-ids 5,6,7 --decoder renoise \\
       --set steps=8 --gen-length 16 --block-length 8 --seed 3 --trace /tmp/renoise.jsonl   # a uniform-noise model""",
+    "trace": """examples:
+  ripple trace traces-demo --task lines/replace_random --sample 2               # every decoder of the task
+  ripple trace lines --store results --task lines/replace_random --sample 2 --decoders default,rps
+  ripple trace --file /tmp/rps.jsonl --model ripple-tiny-lines   # a `ripple generate --trace` file""",
     "report": """examples:
   ripple report demo                                   # ./results/demo/report/{report.md,report.html,*.png}
   ripple report sweep-lambda --store ~/ripple-results --out reports/lambda
@@ -644,6 +648,30 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def trace_parser(sub) -> None:
+    tr = _command(sub, "trace", "one sample's decode under one or more decoders as an HTML page (forwards x positions)")
+    tr.add_argument("experiment", nargs="?", default=None, help="an experiment of the store run with `traces: true`")
+    tr.add_argument("--store", default=None, metavar=DIR,
+                    help="result store directory (default: $RIPPLE_STORE, else ./results)")
+    tr.add_argument("--task", default=None, help="the sample's task")
+    tr.add_argument("--sample", default=None, help="the sample id (or its last part, e.g. 12)")
+    tr.add_argument("--decoders", default=None, help="comma-separated cell labels or decoder names (default: every "
+                    "decoder of the task, default first); the first is the one the others' divergence is measured from")
+    tr.add_argument("--file", default=None, help="a `ripple generate --trace` file instead of a store")
+    tr.add_argument("--model", default=None, help="with --file: the model whose tokenizer shows tokens as text")
+    tr.add_argument("--out", default=None, metavar=FILE, help="the page (default: STORE/EXPERIMENT/traces/SAMPLE.html, "
+                    "or FILE.html next to --file)")
+    tr.set_defaults(func=cmd_trace)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from .dashboards.trace_page import trace_page
+
+    print(trace_page(args.experiment, store=args.store, task=args.task, sample=args.sample, decoders=args.decoders,
+                     file=args.file, model=args.model, out=args.out))
+    return 0
+
+
 def analyze_parser(sub) -> None:
     an = _command(sub, "analyze", "the ripple-effect analysis (RPS paper, Figure 1)")
     an.add_argument("--model", required=True, help=MODEL_HELP)
@@ -684,7 +712,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- the parser and main
 COMMANDS = (generate_parser, eval_parser, train_tiny_parser, lm_eval_parser, tasks_parser, grid_parser, sweep_parser,
-            ui_parser, report_parser, leaderboard_parser, analyze_parser, decoders_parser, prior_parser, demo_parser)
+            ui_parser, report_parser, leaderboard_parser, trace_parser, analyze_parser, decoders_parser, prior_parser, demo_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

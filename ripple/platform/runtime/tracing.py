@@ -108,18 +108,6 @@ class Trace:
                 {k: v for k, v in e.items() if k not in ENGINE_KEYS}))
         return cls(tuple(out))
 
-    def final_tokens(self) -> dict[int, int]:
-        """Response position -> the token the trace leaves there (commits, then edits, less remasks)."""
-        tokens: dict[int, int] = {}
-        for d in self.decisions:
-            for p, t, _ in d.commits:
-                tokens[p] = t
-            for p, _, n, _ in d.edits:
-                tokens[p] = n
-            for p in d.remasks:
-                tokens.pop(p, None)
-        return tokens
-
 
 class TraceRecorder:
     """The engine's `trace` callback for a batch: collects each row's events; `traces()` gives one

@@ -1,9 +1,10 @@
 """Parallel failures: where a decoder's decode first left a reference's, and whether that decision
 came from a forward whose outputs committed several tokens at once.
 
-Pure functions over decode traces, self-contained (no store, no torch) so any reference machinery
-can share them. A trace is a sequence of decisions, each with `forward` (the sample's forward whose
-outputs it read), `commits` ((position, token, ...) tuples), `edits` ((position, old, new, ...)) and
+Pure functions over decode traces, self-contained (no store, no torch, nothing imported from Ripple)
+and in the runtime room, so reference machinery there (the oracle's reference run) can share them as
+the metrics module (`parallel_failures`: reports, leaderboard, MLflow) does. A trace is a sequence of
+decisions, each with `forward` (the sample's forward whose outputs it read), `commits` ((position, token, ...) tuples), `edits` ((position, old, new, ...)) and
 `remasks` (positions): ripple.platform.runtime.tracing.Decision has these.
 
 - `reference_tokens(decisions)`: the tokens a reference decode leaves at each response position.
