@@ -358,6 +358,19 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def table_markdown(t: Table) -> list[str]:
+    out = ["| " + " | ".join(_md_cell(h) for h in t.header) + " |", "|" + "|".join("---" for _ in t.header) + "|"]
+    return out + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows] + [""]
+
+
+def table_html(t: Table) -> str:
+    """A table whose cells may hold Markdown links (shown as HTML links)."""
+    e = html.escape
+    return ("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.header) + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(f"<td>{_links(e(c))}</td>" for c in row) + "</tr>" for row in t.rows)
+            + "</tbody></table>")
+
+
 def to_markdown(blocks: list[Block]) -> str:
     out: list[str] = []
     for b in blocks:
@@ -369,10 +382,7 @@ def to_markdown(blocks: list[Block]) -> str:
             out += [b[1], ""]
         elif b[0] == "table":
             t: Table = b[1]
-            out.append("| " + " | ".join(_md_cell(h) for h in t.header) + " |")
-            out.append("|" + "|".join("---" for _ in t.header) + "|")
-            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
-            out.append("")
+            out += table_markdown(t)
             if t.note:
                 out += [t.note, ""]
         elif b[0] == "img":
@@ -398,9 +408,7 @@ def to_html(blocks: list[Block], title: str, folder: Path) -> str:
             out.append(f"<p>{_inline_code(e(b[1]))}</p>")
         elif b[0] == "table":
             t: Table = b[1]
-            out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.header) + "</tr></thead><tbody>")
-            out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in t.rows]
-            out.append("</tbody></table>")
+            out.append(table_html(t))
             if t.note:
                 out.append(f"<p class=\"note\">{e(t.note)}</p>")
         elif b[0] == "img":
@@ -408,6 +416,11 @@ def to_html(blocks: list[Block], title: str, folder: Path) -> str:
             out.append(f"<img alt=\"{e(b[2])}\" src=\"data:image/png;base64,{data}\">")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _links(text: str) -> str:
+    """Markdown links `[text](path)` in an (escaped) table cell as HTML links (the trace pages)."""
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', text)
 
 
 def _inline_code(text: str) -> str:
@@ -523,6 +536,13 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
         blocks += [("h2", table.title), ("table", table)] + [("img", f.name, f.stem) for f in paretos]
         blocks += [("p", f"Pareto plots: {INTERVAL_CAPTION}")] + ([("img", bar.name, bar.stem)] if bar else [])
 
+    failures = failure_tables(records, cells, folder)
+    if failures:
+        blocks += [("h2", "Parallel failures"), ("p", FAILURES_TEXT)]
+        for t in failures:
+            blocks += [("p", t.title), ("table", t)]
+        tables += failures
+
     lengths = length_tables(cells)
     if lengths:
         blocks.append(("h2", "Generation-length robustness"))
@@ -551,6 +571,56 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
     tables.append(index)
     blocks += [("h2", "Cells"), ("table", index)]
     return blocks, tables, figures
+
+
+FAILURES_TEXT = (
+    "Samples `default` (the reference, same model, task and decode settings) gets right and the decoder gets wrong, "
+    "from the decode traces (`traces: true`), classified by their first wrong commit: the first commit of a token "
+    "differing from the reference's final token at that position. parallel % = that commit was decided from a "
+    "forward whose outputs committed two or more tokens (a lookahead's resolve and the step using its carried "
+    "distributions count as one forward); duplicate % = that forward committed the wrong token at two or more "
+    "positions. Trace pages: the sample under `default` and the decoder (`ripple trace`), parallel failures first.")
+
+
+def failure_tables(records: pl.DataFrame, cells: pl.DataFrame, folder: Path, pages: int = 5,
+                   prefix: str = "traces") -> list[Table]:
+    """One table per model, task and decode settings with traced cells: per decoder, its parallel-failure
+    counts (metrics.parallel_failures) and links to the trace pages of up to `pages` such samples,
+    written into `folder`/`prefix`/."""
+    from ..platform.experiments.metrics import baseline_ids, parallel_failures
+    from ..platform.experiments.spec import Cell
+    from .trace_page import store_page, write_page
+
+    if "trace" not in records.columns or records["trace"].is_null().all():
+        return []
+    firsts = records.unique(subset="cell_id", keep="first")
+    by_id = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
+    bases = baseline_ids(by_id)
+    counts = parallel_failures(records, bases, keep=pages)
+    if not counts:
+        return []
+    experiment = records["experiment"][0]
+    tables = []
+    for key, rows in _groups(cells, BASELINE):
+        body = []
+        for c in rows.iter_rows(named=True):
+            n = counts.get(c["cell_id"])
+            if n is None:
+                continue
+            links = []
+            for i, sid in enumerate(n.examples, 1):
+                name = f"{prefix}/{slug(c['cell_id'])}-{slug(sid)}.html"
+                page = store_page(records, experiment, c["task"], sid, [bases[c["cell_id"]], c["cell_id"]])[1]
+                write_page(page, folder / name)
+                links.append(f"[{i}]({name})")
+            pct = lambda v: "-" if v is None else f"{100 * v:.1f}"  # noqa: E731
+            body.append((c["label"], str(n.wrong), pct(n.parallel_share), pct(n.duplicate_share), " ".join(links)))
+        if body:
+            vary = _varying(cells, BASELINE)
+            title = f"Parallel failures, {key['task']}: {_describe(key, vary | {'model'})}"
+            tables.append(Table("failures", title, ("decoder", "wrong where default is right", "parallel %",
+                                                    "duplicate %", "trace pages"), tuple(body)))
+    return tables
 
 
 def slug(text: str) -> str:

@@ -19,6 +19,7 @@ import html
 import json
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -158,34 +159,42 @@ def write_page(page: str, out: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------- sources
+@lru_cache(maxsize=4)
+def _tokenizer(model: str):
+    """`model`'s tokenizer, or None where it has none at hand (a report writes many pages of one model)."""
+    try:
+        from ..platform.runtime.loading import load_tokenizer, resolve_model_dir
+
+        return load_tokenizer(resolve_model_dir(model))
+    except (RippleError, OSError):
+        return None
+
+
 def token_texts(model: str | None) -> Callable[[int], str]:
     """Token id -> its text under `model`'s tokenizer (special tokens included); the id itself when there
     is no model or no tokenizer."""
-    tok = None
-    if model:
-        try:
-            from ..platform.runtime.loading import load_tokenizer, resolve_model_dir
-
-            tok = load_tokenizer(resolve_model_dir(model))
-        except (RippleError, OSError):
-            tok = None
+    tok = _tokenizer(model) if model else None
     if tok is None:
         return str
     return lambda t: tok.decode([int(t)], skip_special_tokens=False)
+
+
+@lru_cache(maxsize=8)
+def _examples(task: str, options: str, split: str) -> dict:
+    from ..tasks import get_task
+
+    return {x.id: x for x in get_task(task, **json.loads(options or "{}")).examples(split, None)}
 
 
 def _prompt_tail(record: dict[str, Any], model: str) -> list[int]:
     """The last CONTEXT_TOKENS ids of the sample's prompt, re-encoded from its task (none when the data or
     tokenizer are not at hand: the page then starts at the response)."""
     try:
-        from ..platform.runtime.loading import load_tokenizer, resolve_model_dir
-        from ..tasks import get_task
         from ..tasks.prompting import encode_example
 
-        task = get_task(record["task"], **json.loads(record.get("task_options") or "{}"))
-        ex = next(x for x in task.examples(record["split"], None) if x.id == record["sample_id"])
+        ex = _examples(record["task"], record.get("task_options") or "{}", record["split"])[record["sample_id"]]
         chat = record["chat_form"] if record["chat"] else False
-        return encode_example(load_tokenizer(resolve_model_dir(model)), ex, chat=chat)[-CONTEXT_TOKENS:]
+        return encode_example(_tokenizer(model), ex, chat=chat)[-CONTEXT_TOKENS:]
     except Exception:  # noqa: BLE001 -- context is a courtesy; the grid stands without it
         return []
 
@@ -195,7 +204,8 @@ def sample_records(records, experiment: str, task: str, sample: str, decoders: S
     decoder of the task, `default` first), each with a trace; refusals in one line naming what exists."""
     import polars as pl
 
-    from .report import summarize_cells
+    from ..decoders import names as registered
+    from ..platform.experiments.spec import Cell
 
     tasks = sorted(set(records["task"].to_list()))
     if task not in tasks:
@@ -207,21 +217,27 @@ def sample_records(records, experiment: str, task: str, sample: str, decoders: S
         raise RippleError(f"unknown sample {sample!r} of task {task!r} in experiment {experiment!r}; "
                           f"{len(ids)} samples, e.g. {', '.join(ids[:3])} (or their last part, e.g. "
                           f"{ids[0].rsplit('-', 1)[-1] if ids else '0'})")
-    cells = summarize_cells(rows)  # default first, then registry order
-    labels = cells["label"].to_list()
-    names = cells["decoder"].to_list()
+    order = {name: i for i, name in enumerate(registered())}  # registry order: default first
+    firsts = rows.unique(subset="cell_id", keep="first", maintain_order=True).iter_rows(named=True)
+    cells = sorted(((r["cell_id"], Cell.from_record(r)) for r in firsts),
+                   key=lambda c: (order.get(c[1].decoder, len(order)), c[1].label()))
+    ids = [cid for cid, _ in cells]
+    labels = [c.label() for _, c in cells]
+    names = [c.decoder for _, c in cells]
     chosen = []
     for want in (decoders or labels):
-        if want in labels:
-            chosen.append(cells["cell_id"][labels.index(want)])
+        if want in ids:  # a cell id (a report's pages: labels may repeat across settings)
+            chosen.append(want)
+        elif want in labels:
+            chosen.append(ids[labels.index(want)])
         elif want in names:
-            chosen.append(cells["cell_id"][names.index(want)])
+            chosen.append(ids[names.index(want)])
         else:
             raise RippleError(f"unknown decoder {want!r} for task {task!r} in experiment {experiment!r}; "
                               f"accepted: {', '.join(labels)}")
     out = []
     for cid in chosen:
-        label = labels[cells["cell_id"].to_list().index(cid)]
+        label = labels[ids.index(cid)]
         rec = rows.filter((pl.col("cell_id") == cid) & (pl.col("sample_id") == sid))
         if rec.height == 0 or rec["trace"][0] is None:
             raise RippleError(f"no decode trace of sample {sid!r} under {label!r} in experiment {experiment!r}; "
