@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+DIGITS = 4  # a probability's stored digits
 ENGINE_KEYS = ("sample", "block", "step", "phase", "committed", "forward", "nfe", "p", "variant", "sub_block",
                "remasked", "edited", "p_edit")
 
@@ -63,7 +64,7 @@ class Decision:
 
     def row(self) -> list:
         return [self.forward, self.variant, self.phase, self.block, self.step,
-                [[p, t, round(q, 4)] for p, t, q in self.commits], [[p, o, n, round(q, 4)] for p, o, n, q in self.edits],
+                [list(c) for c in self.commits], [list(x) for x in self.edits],
                 list(self.remasks), self.info]
 
     @classmethod
@@ -102,8 +103,9 @@ class Trace:
             edit_p = e.get("p_edit") or [float("nan")] * len(e.get("edited", ()))
             out.append(Decision(
                 fwd, carried.get(fwd), e["phase"], int(e["block"]), int(e["step"]),
-                tuple((int(p), int(t), float(q)) for (p, t), q in zip(e["committed"], probs)),
-                tuple((int(p), int(o), int(n), float(q)) for (p, o, n), q in zip(e.get("edited", ()), edit_p)),
+                tuple((int(p), int(t), round(float(q), DIGITS)) for (p, t), q in zip(e["committed"], probs)),
+                tuple((int(p), int(o), int(n), round(float(q), DIGITS))
+                      for (p, o, n), q in zip(e.get("edited", ()), edit_p)),
                 tuple(int(p) for p in e.get("remasked", ())),
                 {k: v for k, v in e.items() if k not in ENGINE_KEYS}))
         return cls(tuple(out))
