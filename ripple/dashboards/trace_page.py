@@ -44,7 +44,7 @@ class Panel:
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:20px}h2{font-size:16px;margin:1.4em 0 .3em}p{margin:.3em 0}
 table.grid{border-collapse:separate;border-spacing:0;font:12px ui-monospace,monospace}
-table.grid th,table.grid td{border:1px solid #e3e3e3;padding:2px 4px;min-width:2.2em;text-align:center;white-space:pre}
+table.grid th,table.grid td{border:1px solid #e3e3e3;padding:2px 3px;min-width:1.8em;text-align:center;white-space:pre}
 table.grid th.fwd{text-align:left;background:#f6f6f6;font-weight:normal}
 td.ctx,th.ctx{color:#999;background:#fafafa}
 td.tok{color:#000}
@@ -67,6 +67,9 @@ def _shade(p: float) -> str:
 
 
 def _tok(text: str) -> str:
+    """A token's text as a cell shows it: spaces and newlines visible, `<|eos|>` as `eos` (narrow columns)."""
+    if len(text) > 4 and text.startswith("<|") and text.endswith("|>"):
+        text = text[2:-2]
     return text.replace(" ", "␣").replace("\n", "⏎") or "∅"
 
 
