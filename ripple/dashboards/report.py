@@ -33,9 +33,10 @@ from typing import Any, Iterable, Iterator, Sequence
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
+from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
+from .records import load_records, slug, stored_experiments  # noqa: F401  (their home; imported from here too)
 
 BASELINE = ("model", "task", *(f.name for f in dataclasses.fields(DecodeSettings)))  # = Cell.baseline_key()
 SETTING = (*BASELINE[:2], "decoder", "params", *BASELINE[2:])  # every setting of a cell, one column each
@@ -44,28 +45,7 @@ ALWAYS_SHOWN = ("model", "gen_length", "block_length", "cache")
 REPORT_TAG = "ripple_report"
 
 
-# ---------------------------------------------------------------------------- records
-def load_records(store_dir: str | Path, experiment: str) -> pl.DataFrame:
-    """One row per (cell_id, sample_id) of `experiment`, through the store's deduplicating reader."""
-    check_name("experiment", experiment)
-    root = Path(store_dir).expanduser()
-    if not root.is_dir():
-        raise RippleError(f"no result store at {root}; run `ripple grid` first or pass --store DIR")
-    store = ResultStore(root, experiment)
-    if not store.dir.is_dir():
-        known = stored_experiments(root)
-        raise RippleError(f"unknown experiment {experiment!r} in store {root}; "
-                          f"stored experiments: {', '.join(known) if known else 'none'}")
-    frame = store.read()
-    if frame.height == 0:
-        raise RippleError(f"experiment {experiment!r} in store {root} has no sample records")
-    return frame
-
-
-def stored_experiments(root: Path) -> list[str]:
-    return sorted(p.parent.name for p in root.glob("*/records") if p.is_dir())
-
-
+# ---------------------------------------------------------------------------- cells
 def summarize_cells(records: pl.DataFrame) -> pl.DataFrame:
     """One row per cell: its settings, label and the metrics module's numbers (intervals and the
     paired comparison with its Default cell included), in table order."""
@@ -621,10 +601,6 @@ def failure_tables(records: pl.DataFrame, cells: pl.DataFrame, folder: Path, pag
             tables.append(Table("failures", title, ("decoder", "wrong where default is right", "parallel %",
                                                     "duplicate %", "trace pages"), tuple(body)))
     return tables
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
 
 
 def _open_tracker(experiment: str, store_dir: str | Path, uri: str | None):

@@ -294,7 +294,7 @@ def trace_page(experiment: str | None = None, *, store: str | Path | None = None
         raise RippleError("ripple trace needs EXPERIMENT --task T --sample ID (a store run with traces: true), "
                           "or --file F (a `ripple generate --trace` file)")
     from ..platform.experiments.grid import default_store
-    from .report import load_records, slug
+    from .records import load_records, slug
 
     root = Path(store) if store else default_store()
     records = load_records(root, experiment)
