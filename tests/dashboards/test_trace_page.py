@@ -140,3 +140,48 @@ def test_a_store_written_before_traces_loads_and_reports_without_them(traced, tm
     assert main(["trace", EXP, "--store", str(tmp_path / "old"), "--task", TASK, "--sample", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no decode trace" in err[0] and "traces: true" in err[0]
+
+
+def test_report_leaderboard_and_mlflow_count_the_parallel_failures_the_records_hold(traced, tmp_path):
+    """The parallel-failure table's counts equal those recomputed here from the records, each link is a
+    written trace page, and the cell's MLflow metrics carry the same shares."""
+    from ripple.platform.experiments.tracking import _failures
+
+    store, records = traced
+    rows = {(r["decoder"], r["sample_id"]): r for r in records.iter_rows(named=True)}
+    wrong = sorted(s for d, s in rows if d == "rps" and not rows["rps", s]["correct"] and rows["default", s]["correct"])
+    assert wrong  # the fixture holds an RPS failure default gets right
+    assert main(["report", EXP, "--store", str(store), "--out", str(tmp_path / "report"), "--no-tracking"]) == 0
+    assert main(["leaderboard", "--store", str(store), "--out", str(tmp_path / "board")]) == 0
+    for folder, page in (("report", "report.md"), ("board", "leaderboard.md")):
+        table = (tmp_path / folder / page).read_text().split("Parallel failures")[-1]
+        row = next(line for line in table.splitlines() if line.startswith("| rps |")).split(" | ")
+        assert row[1] == str(len(wrong))
+        links = [part.split("(")[1].rstrip(")") for part in row[4].split() if "(" in part]
+        assert len(links) == min(5, len(wrong)) and all((tmp_path / folder / link).is_file() for link in links)
+    rps_cell = next(r["cell_id"] for r in rows.values() if r["decoder"] == "rps")
+    metrics = _failures(records)[rps_cell]
+    assert metrics["parallel_failures_wrong"] == len(wrong) and 0 <= metrics["parallel_failure_share"] <= 100
+
+
+def test_evaluate_with_traces_keeps_the_decisions_a_grid_stores(traced, tmp_path, capsys):
+    """`ripple.evaluate(traces=True)` and `ripple eval --traces --samples-out` keep the same decisions
+    (forwards, positions, tokens) as the grid's workers stored for the same samples."""
+    import ripple
+
+    _, records = traced
+    stored = {r["sample_id"]: Trace.loads(r["trace"]) for r in records.iter_rows(named=True) if r["decoder"] == "rps"}
+    ev = ripple.evaluate("ripple-tiny-lines", TASK, "rps", limit=2, gen_length=32, block_length=32, dtype="float32",
+                         traces=True)
+    out = tmp_path / "samples.jsonl"
+    assert main(["eval", "--model", "ripple-tiny-lines", "--task", TASK, "--decoder", "rps", "--limit", "2",
+                 "--gen-length", "32", "--block-length", "32", "--dtype", "float32", "--traces", "--json",
+                 "--samples-out", str(out)]) == 0
+    lines = {s["sample_id"]: s["trace"] for s in map(json.loads, out.read_text().splitlines())}
+
+    def decisions(t):
+        return [(d.forward, d.variant, d.phase, [c[:2] for c in d.commits]) for d in t.decisions]
+
+    for row in ev.samples.iter_rows(named=True):
+        sid = row["sample_id"]
+        assert decisions(Trace.loads(row["trace"])) == decisions(stored[sid]) == decisions(Trace.loads(lines[sid]))
