@@ -80,8 +80,8 @@ examples:
   ripple generate --model ../shared/golden/diffusion-gemma-tiny --input-ids 5,6,7 --decoder renoise \\
       --set steps=8 --gen-length 16 --block-length 8 --seed 3 --trace /tmp/renoise.jsonl   # a uniform-noise model""",
     "trace": """examples:
-  ripple trace traces-demo --task lines/replace_random --sample 2               # every decoder of the task
-  ripple trace lines --store results --task lines/replace_random --sample 2 --decoders default,rps
+  ripple trace lines --task lines/replace_random --sample 11 --decoders default,rps  # after `ripple grid lines`
+  ripple trace field --store results --task freefunc --sample 3                  # every decoder of the task
   ripple trace --file /tmp/rps.jsonl --model ripple-tiny-lines   # a `ripple generate --trace` file""",
     "report": """examples:
   ripple report demo                                   # ./results/demo/report/{report.md,report.html,*.png}
