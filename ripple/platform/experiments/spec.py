@@ -260,6 +260,8 @@ class GridSpec:
         if options:
             lines.append(f"  task options: {'; '.join(options)}")
         lines.append(f"  batch size: {self.batch_size}")
+        if self.traces:
+            lines.append("  decode traces: kept with each sample (`ripple trace`, parallel failures in reports)")
         if self.left_out:
             lines.append(f"  left out, their data not found: {', '.join(self.left_out)}")
         return "\n".join(lines)

@@ -161,7 +161,8 @@ class Tracker:
                 cell_dir = Path(tmp) / c.cell_id
                 cell_dir.mkdir()
                 table.write_parquet(cell_dir / "samples.parquet")
-                table.write_csv(cell_dir / "samples.csv")  # the MLflow UI previews CSV as a table
+                # the MLflow UI previews CSV as a table (decode traces stay in the Parquet file)
+                table.drop("trace").write_csv(cell_dir / "samples.csv")
                 self.client.log_artifact(run_id, str(cell_dir / "samples.parquet"))
                 self.client.log_artifact(run_id, str(cell_dir / "samples.csv"))
                 self.client.set_terminated(run_id, "FINISHED", end_time=end_ms)
