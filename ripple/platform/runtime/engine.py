@@ -93,7 +93,7 @@ from ...errors import RippleError
 from .models.transformer import KVCache
 from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
 from .renoising import RenoisingRun
-from .tracing import carried_variant, token_probs
+from .tracing import read_keys, token_probs
 
 TraceFn = Callable[[dict[str, Any]], None]
 BLOCK_ALIGNS = ("response", "absolute")
@@ -903,11 +903,8 @@ class _Run:
         event = {  # a decoder's own info never overrides the engine's keys
             **info, "sample": r, "block": blk, "step": st.step, "phase": phase,
             "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
-            "forward": forward, "nfe": self.nfe[r],
-            "p": token_probs(st.logits if read is None else read[0], commit.positions, commit.tokens),
+            "forward": forward, "nfe": self.nfe[r], **read_keys(st.logits, commit, read),
         }
-        if read is not None:
-            event["variant"] = carried_variant(st.logits, *read)
         if self.cfg.sub_block < self.cfg.block_length:
             event["sub_block"] = st.window[0] // self.cfg.sub_block
         if remask is not None and remask.numel():

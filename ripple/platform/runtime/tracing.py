@@ -48,6 +48,15 @@ def carried_variant(carried, anchor, variants) -> int | None:
     return None
 
 
+def read_keys(logits, commit, read=None) -> dict[str, Any]:
+    """A decision's trace keys about what it read: `p`, the probability [k] its outputs gave each committed
+    token, from the step's logits [L, V] or a resolve's anchor (`read`: anchor [L, V], variants [m, L, V]);
+    for a resolve also `variant`, the copy whose rows it carried (`logits`, set from them)."""
+    if read is None:
+        return {"p": token_probs(logits, commit.positions, commit.tokens)}
+    return {"p": token_probs(read[0], commit.positions, commit.tokens), "variant": carried_variant(logits, *read)}
+
+
 @dataclass(frozen=True)
 class Decision:
     """One decision of a decoder: what it wrote, and which forward's outputs it read."""
