@@ -79,6 +79,10 @@ examples:
       --gen-length 256 --block-length 32 --dtype bfloat16 --device cuda
   ripple generate --model ../shared/golden/diffusion-gemma-tiny --input-ids 5,6,7 --decoder renoise \\
       --set steps=8 --gen-length 16 --block-length 8 --seed 3 --trace /tmp/renoise.jsonl   # a uniform-noise model""",
+    "trace": """examples:
+  ripple trace lines --task lines/replace_random --sample 11 --decoders default,rps  # after `ripple grid lines`
+  ripple trace field --store results --task freefunc --sample 3                  # every decoder of the task
+  ripple trace --file /tmp/rps.jsonl --model ripple-tiny-lines   # a `ripple generate --trace` file""",
     "report": """examples:
   ripple report demo                                   # ./results/demo/report/{report.md,report.html,*.png}
   ripple report sweep-lambda --store ~/ripple-results --out reports/lambda
@@ -250,6 +254,8 @@ def eval_parser(sub) -> None:
                         "does: multiturn (default: each few-shot example its own turn) or singleturn "
                         "(--fewshot_as_multiturn false: the whole prompt as one user turn)")
     e.add_argument("--samples-out", metavar=FILE, help="also write one JSON line per sample")
+    e.add_argument("--traces", action="store_true", help="keep each sample's decode trace (its --samples-out line's "
+                   "`trace`: every forward's commits with their probabilities)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
 
@@ -262,7 +268,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         write = (lambda r: (sink.write(json.dumps(r.__dict__) + "\n"), sink.flush())) if sink else None
         result = evaluate(args.model, args.task, args.decoder, limit=args.limit, data_dir=args.data_dir,
-                          chat=args.chat or False, progress=not args.json, on_sample=write, **decode_kwargs(args))
+                          chat=args.chat or False, progress=not args.json, on_sample=write, traces=args.traces,
+                          **decode_kwargs(args))
     finally:
         if sink:
             sink.close()
@@ -641,6 +648,30 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def trace_parser(sub) -> None:
+    tr = _command(sub, "trace", "one sample's decode under one or more decoders as an HTML page (forwards x positions)")
+    tr.add_argument("experiment", nargs="?", default=None, help="an experiment of the store run with `traces: true`")
+    tr.add_argument("--store", default=None, metavar=DIR,
+                    help="result store directory (default: $RIPPLE_STORE, else ./results)")
+    tr.add_argument("--task", default=None, help="the sample's task")
+    tr.add_argument("--sample", default=None, help="the sample id (or its last part, e.g. 12)")
+    tr.add_argument("--decoders", default=None, help="comma-separated cell labels or decoder names (default: every "
+                    "decoder of the task, default first); the first is the one the others' divergence is measured from")
+    tr.add_argument("--file", default=None, help="a `ripple generate --trace` file instead of a store")
+    tr.add_argument("--model", default=None, help="with --file: the model whose tokenizer shows tokens as text")
+    tr.add_argument("--out", default=None, metavar=FILE, help="the page (default: STORE/EXPERIMENT/traces/SAMPLE.html, "
+                    "or FILE.html next to --file)")
+    tr.set_defaults(func=cmd_trace)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from .dashboards.trace_page import trace_page
+
+    print(trace_page(args.experiment, store=args.store, task=args.task, sample=args.sample, decoders=args.decoders,
+                     file=args.file, model=args.model, out=args.out))
+    return 0
+
+
 def analyze_parser(sub) -> None:
     an = _command(sub, "analyze", "the ripple-effect analysis (RPS paper, Figure 1)")
     an.add_argument("--model", required=True, help=MODEL_HELP)
@@ -681,7 +712,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- the parser and main
 COMMANDS = (generate_parser, eval_parser, train_tiny_parser, lm_eval_parser, tasks_parser, grid_parser, sweep_parser,
-            ui_parser, report_parser, leaderboard_parser, analyze_parser, decoders_parser, prior_parser, demo_parser)
+            ui_parser, report_parser, leaderboard_parser, trace_parser, analyze_parser, decoders_parser, prior_parser, demo_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

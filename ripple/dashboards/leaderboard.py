@@ -47,7 +47,8 @@ from ..platform.experiments.metrics import PB_THRESHOLDS, aup, pb_scores, strict
 from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_TPF, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
-from .report import fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, slug, staged_folder, stored_experiments, summarize_cells
+from .report import (FAILURES_TEXT, Table, failure_tables, fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, slug, staged_folder,
+                     stored_experiments, summarize_cells, table_html, table_markdown)
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed", "strict")
@@ -412,7 +413,30 @@ EXPLAIN = ("accuracy % with half its 95 % Wilson interval (* vs default: p < 0.0
            "tokens rewritten by token editing per sample.")
 
 
-def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow] = ()) -> str:
+def traced_failures(store_dir: str | Path, cells: pl.DataFrame, folder: Path) -> list[Table]:
+    """The report's parallel-failure tables (`report.failure_tables`) of every experiment with decode traces,
+    their trace pages under `folder`/traces/EXPERIMENT/."""
+    root = Path(store_dir).expanduser()
+    out = []
+    for name in cells["experiment"].unique(maintain_order=True).to_list():
+        records = ResultStore(root, name).read()
+        if records["trace"].is_null().all():
+            continue
+        tables = failure_tables(records, cells.filter(pl.col("experiment") == name), folder,
+                                prefix=f"traces/{slug(name)}")
+        out += [replace(t, title=f"{name} · {t.title}") for t in tables]
+    return out
+
+
+def _failure_markdown(failures: list[Table]) -> list[str]:
+    out = ["## Parallel failures", "", FAILURES_TEXT, ""] if failures else []
+    for t in failures:
+        out += [t.title, ""] + table_markdown(t)
+    return out
+
+
+def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow] = (),
+                failures: list[Table] = ()) -> str:
     out = ["# Ripple leaderboard", "", f"Experiments: {', '.join(experiments)}. {EXPLAIN}", ""]
     for (model, weights), rows in _pbx_groups(list(pbx)).items():
         out += [f"## PBx · {model} · weights {weights[:12]}", "", PBX_EXPLAIN, "",
@@ -427,7 +451,7 @@ def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow
         out += ["", f"![{_title(s)}]({s.figure})", "", INTERVAL_CAPTION, ""]
         out += [f"AUP dropped (more than 5 points below the curve's first accuracy): {d}" for d in s.dropped]
         out += [""] if s.dropped else []
-    return "\n".join(out)
+    return "\n".join(out + _failure_markdown(list(failures)))
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -464,7 +488,8 @@ def _html_table(header, rows: list[list[tuple[str, Any]]], front: list[bool] | N
     return "".join(out) + "</tbody></table>"
 
 
-def to_html(sections: list[Section], experiments: list[str], folder: Path, pbx: list[PbRow] = ()) -> str:
+def to_html(sections: list[Section], experiments: list[str], folder: Path, pbx: list[PbRow] = (),
+            failures: list[Table] = ()) -> str:
     """One self-contained page: no external asset, plots as data URIs, sorting in inline JS."""
     e = html.escape
     out = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>Ripple leaderboard</title>",
@@ -482,6 +507,9 @@ def to_html(sections: list[Section], experiments: list[str], folder: Path, pbx: 
         data = base64.b64encode((folder / s.figure).read_bytes()).decode("ascii")
         out.append(f"<img class=\"plot\" alt=\"{e(_title(s))}\" src=\"data:image/png;base64,{data}\">"
                    f"<p class=\"note\">{e(INTERVAL_CAPTION)}</p>")
+    if failures:
+        out.append(f"<h2>Parallel failures</h2><p>{e(FAILURES_TEXT)}</p>")
+        out += [f"<p>{e(t.title)}</p>{table_html(t)}" for t in failures]
     out += [f"<script>{_JS}</script>", "</body></html>"]
     return "\n".join(out)
 
@@ -534,8 +562,9 @@ def build_leaderboard(store_dir: str | Path, out_dir: str | Path | None = None) 
     with staged_folder(out) as tmp:
         for s in sections:
             plot_section(s, tmp / s.figure)
-        (tmp / "leaderboard.md").write_text(to_markdown(sections, experiments, pbx))
-        (tmp / "leaderboard.html").write_text(to_html(sections, experiments, tmp, pbx))
+        failures = traced_failures(store_dir, cells, tmp)
+        (tmp / "leaderboard.md").write_text(to_markdown(sections, experiments, pbx, failures))
+        (tmp / "leaderboard.html").write_text(to_html(sections, experiments, tmp, pbx, failures))
         (tmp / "leaderboard.json").write_text(to_json(sections, experiments, pbx))
         write_csv(sections, tmp / "leaderboard.csv")
         write_pbx_csv(pbx, tmp / "pbx.csv")

@@ -33,9 +33,10 @@ from typing import Any, Iterable, Iterator, Sequence
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
+from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
+from .records import load_records, slug, stored_experiments  # noqa: F401  (their home; imported from here too)
 
 BASELINE = ("model", "task", *(f.name for f in dataclasses.fields(DecodeSettings)))  # = Cell.baseline_key()
 SETTING = (*BASELINE[:2], "decoder", "params", *BASELINE[2:])  # every setting of a cell, one column each
@@ -44,28 +45,7 @@ ALWAYS_SHOWN = ("model", "gen_length", "block_length", "cache")
 REPORT_TAG = "ripple_report"
 
 
-# ---------------------------------------------------------------------------- records
-def load_records(store_dir: str | Path, experiment: str) -> pl.DataFrame:
-    """One row per (cell_id, sample_id) of `experiment`, through the store's deduplicating reader."""
-    check_name("experiment", experiment)
-    root = Path(store_dir).expanduser()
-    if not root.is_dir():
-        raise RippleError(f"no result store at {root}; run `ripple grid` first or pass --store DIR")
-    store = ResultStore(root, experiment)
-    if not store.dir.is_dir():
-        known = stored_experiments(root)
-        raise RippleError(f"unknown experiment {experiment!r} in store {root}; "
-                          f"stored experiments: {', '.join(known) if known else 'none'}")
-    frame = store.read()
-    if frame.height == 0:
-        raise RippleError(f"experiment {experiment!r} in store {root} has no sample records")
-    return frame
-
-
-def stored_experiments(root: Path) -> list[str]:
-    return sorted(p.parent.name for p in root.glob("*/records") if p.is_dir())
-
-
+# ---------------------------------------------------------------------------- cells
 def summarize_cells(records: pl.DataFrame) -> pl.DataFrame:
     """One row per cell: its settings, label and the metrics module's numbers (intervals and the
     paired comparison with its Default cell included), in table order."""
@@ -358,6 +338,19 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def table_markdown(t: Table) -> list[str]:
+    out = ["| " + " | ".join(_md_cell(h) for h in t.header) + " |", "|" + "|".join("---" for _ in t.header) + "|"]
+    return out + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows] + [""]
+
+
+def table_html(t: Table) -> str:
+    """A table whose cells may hold Markdown links (shown as HTML links)."""
+    e = html.escape
+    return ("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.header) + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(f"<td>{_links(e(c))}</td>" for c in row) + "</tr>" for row in t.rows)
+            + "</tbody></table>")
+
+
 def to_markdown(blocks: list[Block]) -> str:
     out: list[str] = []
     for b in blocks:
@@ -369,10 +362,7 @@ def to_markdown(blocks: list[Block]) -> str:
             out += [b[1], ""]
         elif b[0] == "table":
             t: Table = b[1]
-            out.append("| " + " | ".join(_md_cell(h) for h in t.header) + " |")
-            out.append("|" + "|".join("---" for _ in t.header) + "|")
-            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
-            out.append("")
+            out += table_markdown(t)
             if t.note:
                 out += [t.note, ""]
         elif b[0] == "img":
@@ -398,9 +388,7 @@ def to_html(blocks: list[Block], title: str, folder: Path) -> str:
             out.append(f"<p>{_inline_code(e(b[1]))}</p>")
         elif b[0] == "table":
             t: Table = b[1]
-            out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in t.header) + "</tr></thead><tbody>")
-            out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in t.rows]
-            out.append("</tbody></table>")
+            out.append(table_html(t))
             if t.note:
                 out.append(f"<p class=\"note\">{e(t.note)}</p>")
         elif b[0] == "img":
@@ -408,6 +396,11 @@ def to_html(blocks: list[Block], title: str, folder: Path) -> str:
             out.append(f"<img alt=\"{e(b[2])}\" src=\"data:image/png;base64,{data}\">")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _links(text: str) -> str:
+    """Markdown links `[text](path)` in an (escaped) table cell as HTML links (the trace pages)."""
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', text)
 
 
 def _inline_code(text: str) -> str:
@@ -523,6 +516,13 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
         blocks += [("h2", table.title), ("table", table)] + [("img", f.name, f.stem) for f in paretos]
         blocks += [("p", f"Pareto plots: {INTERVAL_CAPTION}")] + ([("img", bar.name, bar.stem)] if bar else [])
 
+    failures = failure_tables(records, cells, folder)
+    if failures:
+        blocks += [("h2", "Parallel failures"), ("p", FAILURES_TEXT)]
+        for t in failures:
+            blocks += [("p", t.title), ("table", t)]
+        tables += failures
+
     lengths = length_tables(cells)
     if lengths:
         blocks.append(("h2", "Generation-length robustness"))
@@ -553,8 +553,54 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
     return blocks, tables, figures
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+FAILURES_TEXT = (
+    "Samples `default` (the reference, same model, task and decode settings) gets right and the decoder gets wrong, "
+    "from the decode traces (`traces: true`), classified by their first wrong commit: the first commit of a token "
+    "differing from the reference's final token at that position. parallel % = that commit was decided from a "
+    "forward whose outputs committed two or more tokens (a lookahead's resolve and the step using its carried "
+    "distributions count as one forward); duplicate % = that forward committed the wrong token at two or more "
+    "positions. Trace pages: the sample under `default` and the decoder (`ripple trace`), parallel failures first.")
+
+
+def failure_tables(records: pl.DataFrame, cells: pl.DataFrame, folder: Path, pages: int = 5,
+                   prefix: str = "traces") -> list[Table]:
+    """One table per model, task and decode settings with traced cells: per decoder, its parallel-failure
+    counts (metrics.parallel_failures) and links to the trace pages of up to `pages` such samples,
+    written into `folder`/`prefix`/."""
+    from ..platform.experiments.metrics import baseline_ids, parallel_failures
+    from ..platform.experiments.spec import Cell
+    from .trace_page import store_page, write_page
+
+    if "trace" not in records.columns or records["trace"].is_null().all():
+        return []
+    firsts = records.unique(subset="cell_id", keep="first")
+    by_id = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
+    bases = baseline_ids(by_id)
+    counts = parallel_failures(records, bases, keep=pages)
+    if not counts:
+        return []
+    experiment = records["experiment"][0]
+    tables = []
+    for key, rows in _groups(cells, BASELINE):
+        body = []
+        for c in rows.iter_rows(named=True):
+            n = counts.get(c["cell_id"])
+            if n is None:
+                continue
+            links = []
+            for i, sid in enumerate(n.examples, 1):
+                name = f"{prefix}/{slug(c['cell_id'])}-{slug(sid)}.html"
+                page = store_page(records, experiment, c["task"], sid, [bases[c["cell_id"]], c["cell_id"]])[1]
+                write_page(page, folder / name)
+                links.append(f"[{i}]({name})")
+            pct = lambda v: "-" if v is None else f"{100 * v:.1f}"  # noqa: E731
+            body.append((c["label"], str(n.wrong), pct(n.parallel_share), pct(n.duplicate_share), " ".join(links)))
+        if body:
+            vary = _varying(cells, BASELINE)
+            title = f"Parallel failures, {key['task']}: {_describe(key, vary | {'model'})}"
+            tables.append(Table("failures", title, ("decoder", "wrong where default is right", "parallel %",
+                                                    "duplicate %", "trace pages"), tuple(body)))
+    return tables
 
 
 def _open_tracker(experiment: str, store_dir: str | Path, uri: str | None):

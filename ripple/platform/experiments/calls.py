@@ -327,7 +327,7 @@ def _sample_frame(samples: Sequence[SampleResult]) -> pl.DataFrame:
                                       "lookahead_nfe": pl.Int64, "decode_seconds": pl.Float64,
                                       "generated_tokens": pl.Int64, "tps": pl.Float64, "canvas_tps": pl.Float64,
                                       "edits": pl.Int64, "encoder_nfe": pl.Int64, "seed": pl.Int64,
-                                      "floor_nfe": pl.Int64})
+                                      "floor_nfe": pl.Int64, "trace": pl.String})
 
 
 def evaluation(cell: CellResult) -> Evaluation:
@@ -344,10 +344,12 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] | None
              gen_length: int | None = None, block_length: int | None = None, cache: str | None = None,
              dtype: str = "auto", device: str = "auto", stop_at_eos: bool = False, eos_early_stop: bool = False,
              block_align: str = "response", sub_block_length: int | None = None, progress: bool = False,
-             on_sample: Callable[[SampleResult], None] | None = None, **settings: Any) -> Evaluation:
+             on_sample: Callable[[SampleResult], None] | None = None, traces: bool = False,
+             **settings: Any) -> Evaluation:
     """Decode and score the first `limit` test examples of `task`, one at a time (each example's seed
     derives from `seed` and its id, as in grids). `decoder` None: as in `generate`. `settings` are the
-    decoder's hyperparameters."""
+    decoder's hyperparameters. `traces`: keep each sample's decode trace (the samples' `trace` column,
+    ripple/platform/runtime/tracing.py)."""
     dec = resolve_decoder(decoder, model, settings)
     from ...tasks import get_task, task_class
     from ...tasks.prompting import chat_form
@@ -371,7 +373,7 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] | None
         require_tokenizer(str(model))
     lm = load(model, dtype=dtype, device=device)
     cell = evaluate_cell(lm, the_task, dec, config, limit=limit, progress=progress, chat=form, on_sample=on_sample,
-                         seed=seed)
+                         seed=seed, traces=bool(traces))
     return evaluation(cell)
 
 

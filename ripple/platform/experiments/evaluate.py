@@ -37,6 +37,7 @@ class SampleResult:
     encoder_nfe: int = 0  # of nfe, encoder passes (a uniform-noise family)
     seed: int | None = None  # the sample's seed (`sample_seed`) when its decoder draws (renoise), else None
     floor_nfe: int | None = None  # the task's floor for the sample (Task.floor_nfe), where it defines one
+    trace: str | None = None  # the decode trace (ripple/platform/runtime/tracing.py `Trace.dumps`) with `traces`
 
 
 @dataclass(frozen=True)
@@ -94,18 +95,19 @@ def completion_text(tokenizer, out: SampleOutput, stop_sequences=()) -> str:
 
 
 def run_sample(engine: Engine, tokenizer, task, example, decoder: Scheduler, config: GenerationConfig,
-               chat: bool | str = False, seed: int = 0) -> tuple[list[int], SampleOutput, str]:
+               chat: bool | str = False, seed: int = 0, trace=None) -> tuple[list[int], SampleOutput, str]:
     """Decode one example: (prompt ids, engine output, completion text cut at the task's stops)."""
-    return run_batch(engine, tokenizer, task, [example], decoder, config, chat=chat, seed=seed)[0]
+    return run_batch(engine, tokenizer, task, [example], decoder, config, chat=chat, seed=seed, trace=trace)[0]
 
 
 def run_batch(engine: Engine, tokenizer, task, examples, decoder: Scheduler, config: GenerationConfig,
-              chat: bool | str = False, seed: int = 0) -> list[tuple[list[int], SampleOutput, str]]:
+              chat: bool | str = False, seed: int = 0, trace=None) -> list[tuple[list[int], SampleOutput, str]]:
     """Decode several examples in one engine call (left-padded rows, per-row NFE): for each, as
     `run_sample`. The tokens equal those of one call per example (`ripple.bench.batch_equivalence`).
-    Each example's generator is seeded with `sample_seed(seed, example.id)`."""
+    Each example's generator is seeded with `sample_seed(seed, example.id)`. `trace`: the engine's
+    trace callback (a `TraceRecorder` keeps each row's)."""
     prompts = [encode_example(tokenizer, ex, chat=chat) for ex in examples]
-    outs = engine.generate(prompts, decoder, config, seeds=[sample_seed(seed, ex.id) for ex in examples])
+    outs = engine.generate(prompts, decoder, config, seeds=[sample_seed(seed, ex.id) for ex in examples], trace=trace)
     return [(ids, out, completion_text(tokenizer, out, task.stop_sequences)) for ids, out in zip(prompts, outs)]
 
 
@@ -116,18 +118,21 @@ def drawn_seed(decoder: Scheduler, seed: int, sample_id: str) -> int | None:
 
 
 def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, seed: int | None = None,
-                  floor_nfe: int | None = None) -> SampleResult:
+                  floor_nfe: int | None = None, trace: str | None = None) -> SampleResult:
     """The record of one decoded and scored example."""
     return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
                         out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
-                        out.edits, out.encoder_nfe, seed, floor_nfe)
+                        out.edits, out.encoder_nfe, seed, floor_nfe, trace)
 
 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
                   limit: int | None = None, split: str = "test", progress: bool = True, chat: bool | str = False,
-                  on_sample: Callable[[SampleResult], None] | None = None, seed: int = 0) -> CellResult:
+                  on_sample: Callable[[SampleResult], None] | None = None, seed: int = 0,
+                  traces: bool = False) -> CellResult:
     """Decode and score the first `limit` examples of `task`, one at a time, in order (each with its
-    own seed, `sample_seed(seed, example id)`)."""
+    own seed, `sample_seed(seed, example id)`); `traces` keeps each sample's decode trace."""
+    from ..runtime.tracing import TraceRecorder
+
     from ...progress import progress as progress_bar
 
     from ...errors import RippleError
@@ -145,10 +150,13 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
         bar = progress_bar(examples, disable=not progress, desc=f"{task.name}/{decoder.name}", unit="sample",
                            leave=False)
         for ex in bar:
-            ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat, seed=seed)
-            pending.append((ex, ids, out, text, pool.submit(task.score, ex, text)))
-        for ex, ids, out, text, fut in pending:
-            res = sample_result(ex, ids, out, text, fut.result(), drawn_seed(decoder, seed, ex.id), task.floor_nfe(ex))
+            rec = TraceRecorder(1) if traces else None
+            ids, out, text = run_sample(engine, lm.tokenizer, task, ex, decoder, config, chat=chat, seed=seed, trace=rec)
+            trace = rec.traces()[0].dumps() if rec else None
+            pending.append((ex, ids, out, text, trace, pool.submit(task.score, ex, text)))
+        for ex, ids, out, text, trace, fut in pending:
+            res = sample_result(ex, ids, out, text, fut.result(), drawn_seed(decoder, seed, ex.id), task.floor_nfe(ex),
+                                trace)
             results.append(res)
             if on_sample:
                 on_sample(res)

@@ -87,7 +87,7 @@ def plan(spec: GridSpec, experiment: str | None = None, run_id: str | None = Non
         key = (cell.task, cell.split, cell.limit)
         if key not in examples:
             examples[key] = tasks[cell.task].examples(cell.split, cell.limit)
-        items += [WorkItem(experiment, run_id, cell, ex) for ex in examples[key]]
+        items += [WorkItem(experiment, run_id, cell, ex, spec.traces) for ex in examples[key]]
     return items
 
 

@@ -308,6 +308,40 @@ def summarize_cells(frame: pl.DataFrame, baselines: Mapping[str, str | None], se
     return out
 
 
+# ---------------------------------------------------------------------------- parallel failures
+def parallel_failures(frame: pl.DataFrame, baselines: Mapping[str, str | None], keep: int = 5) -> dict[str, Any]:
+    """Each cell with traces whose baseline (`default`) cell has traces too: its `FailureCount`
+    (ripple/platform/runtime/failures.py) over the samples both hold without error: those the baseline
+    gets right and the cell wrong, by the forward of their first wrong commit. Cells without traces
+    (traces off, a store written before them) are left out."""
+    from ..runtime.failures import count_failures
+    from ..runtime.tracing import Trace
+
+    if not frame.height or "trace" not in frame.columns:
+        return {}
+    traced = frame.filter(pl.col("error").is_null() & pl.col("trace").is_not_null())
+    by_cell = {k[0]: g for k, g in traced.group_by("cell_id")} if traced.height else {}
+    out = {}
+    for cell_id, base_id in baselines.items():
+        if base_id is None or base_id == cell_id or cell_id not in by_cell or base_id not in by_cell:
+            continue
+        base = {r["sample_id"]: r for r in by_cell[base_id].iter_rows(named=True)}
+        rows = [(r["sample_id"], bool(r["correct"]), Trace.loads(r["trace"]).decisions,
+                 bool(base[r["sample_id"]]["correct"]), Trace.loads(base[r["sample_id"]]["trace"]).decisions)
+                for r in by_cell[cell_id].sort("sample_id").iter_rows(named=True)
+                if r["sample_id"] in base and not r["correct"] and base[r["sample_id"]]["correct"]]
+        out[cell_id] = count_failures(rows, keep)
+    return out
+
+
+def failure_metrics(count) -> dict[str, float]:
+    """A `FailureCount` as MLflow metrics (shares in percent, as accuracy is)."""
+    out = {"parallel_failures_wrong": float(count.wrong)}
+    if count.wrong:
+        out.update(parallel_failure_share=100.0 * count.parallel_share, duplicate_share=100.0 * count.duplicate_share)
+    return out
+
+
 # ---------------------------------------------------------------------------- AUP
 AUP_ALPHA = 3.0  # the weight's penalty rate for accuracy below the best
 AUP_WINDOW = 5.0  # points more than this many accuracy points below y_1 leave the curve

@@ -19,6 +19,7 @@ Example (`ripple/platform/experiments/grids/demo.yaml` is another):
     block_lengths: [16]
     caches: [none, prefix]
     batch_size: 8                                       # samples of a cell per engine call (default 1)
+    traces: true                                        # keep each sample's decode trace (default false)
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from .store import ADDED_COLUMNS, ADDED_SETTINGS, DecodeSettings, check_name, du
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
             "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align",
-            "sub_block_length", "data_dir", "workers", "batch_size")
+            "sub_block_length", "data_dir", "workers", "batch_size", "traces")
 DECODER_KEYS = ("name", "params", "task_params", "models")
 TASK_KEYS = ("limit", "gen_lengths", "block_lengths", "if_data")  # plus the task's own options (`Task.options`)
 # a task's own lengths replace the spec's for its cells (ParallelBench: 32-token waiting lines, 64-token
@@ -175,6 +176,9 @@ class GridSpec:
     batch_size: int = 1
     if_data: tuple[str, ...] = ()  # tasks run only where their data are found (`if_data: true`)
     left_out: tuple[str, ...] = ()  # those whose data were not found (`with_found_data`)
+    # keep each sample's decode trace with its record (`traces: true`; `ripple trace` draws them, reports
+    # count parallel failures from them). Not part of any cell id: it changes what is kept, not the tokens
+    traces: bool = False
 
     def _per_task(self) -> list[str]:
         """One line per decoder whose settings differ between tasks: each task's values of the
@@ -256,6 +260,8 @@ class GridSpec:
         if options:
             lines.append(f"  task options: {'; '.join(options)}")
         lines.append(f"  batch size: {self.batch_size}")
+        if self.traces:
+            lines.append("  decode traces: kept with each sample (`ripple trace`, parallel failures in reports)")
         if self.left_out:
             lines.append(f"  left out, their data not found: {', '.join(self.left_out)}")
         return "\n".join(lines)
@@ -467,7 +473,8 @@ class SpecParser:
         if len(set(ids)) != len(ids):
             raise self.fail("two decoder entries describe the same cell; remove the duplicate")
         return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description,
-                        self.batch_size(raw.get("batch_size", 1)), tuple(self.if_data))
+                        self.batch_size(raw.get("batch_size", 1)), tuple(self.if_data),
+                        traces=self.flag(raw.get("traces", False), "traces"))
 
     def decoders_fit(self, models: list[str], decoders: list[tuple[type, dict, frozenset | None]]) -> None:
         """Refuse a decoder entry on a model (embedded or local) whose kind of family it cannot decode (a

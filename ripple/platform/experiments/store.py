@@ -13,6 +13,10 @@ run recomputes them. Each file name carries its row count (`-n12.parquet`), whic
 many records a file held even when its footer is gone. A full disk stops the writer with
 `StoreFull`; the file being written is removed, so a re-run after freeing space resumes.
 
+Decode traces (a spec's `traces: true`) are a column of the same records, so they are written,
+resumed, deduplicated and quarantined with them; a record without one (traces off, or a store
+written before they existed) reads as None.
+
 Layout: <store>/<experiment>/records/{part,compact}-*-n<rows>.parquet, quarantine/, driver.lock
 """
 from __future__ import annotations
@@ -146,6 +150,9 @@ class SampleRecord(DecodeSettings):
     batch_size: int = 1  # the setting that produced the record (a store written before it reads as 1)
     batch_id: str | None = None  # the engine call; its records share `batch_seconds`
     batch_seconds: float | None = None  # wall time of that call from its first forward to its last commit
+    # the decode trace (ripple/platform/runtime/tracing.py `Trace.dumps`: every forward's commits with their
+    # probabilities) when the grid keeps traces; None otherwise and in stores written before traces existed
+    trace: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -171,7 +178,7 @@ ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_secon
                                  "eos_early_stop": False, "chat_form": "singleturn",
                                  "task_options": "{}", "block_align": "response", "plugins": None,
                                  "encoder_nfe": None, "sample_seed": None, "floor_nfe": None, "score_strict": None,
-                                 "sub_block_length": None}
+                                 "sub_block_length": None, "trace": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 

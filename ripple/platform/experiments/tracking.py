@@ -132,11 +132,13 @@ class Tracker:
         from mlflow.entities import Metric, Param, RunTag
 
         existing = self.runs_by_cell()
+        fails = _failures(records)
         out = {}
         with tempfile.TemporaryDirectory(prefix="ripple-cell-") as tmp:
             for s in summaries:
                 c = s.cell
-                if self._logged.get(c.cell_id) == s.metrics():  # unchanged since this grid logged it
+                values = {**s.metrics(), **fails.get(c.cell_id, {})}
+                if self._logged.get(c.cell_id) == values:  # unchanged since this grid logged it
                     out[c.cell_id] = existing[c.cell_id]
                     continue
                 run_id = existing.get(c.cell_id)
@@ -152,18 +154,19 @@ class Tracker:
                 else:
                     self.client.update_run(run_id, status="RUNNING")
                 now = _now_ms()
-                self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in s.metrics().items()],
+                self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()],
                                       tags=[RunTag("ripple_hardware", _hardware(records, c.cell_id))])
                 dataset = task_dataset(c.task, c.split, table["sample_id"].to_list(), data_dir)
                 self._log_dataset(run_id, dataset, c.split)
                 cell_dir = Path(tmp) / c.cell_id
                 cell_dir.mkdir()
                 table.write_parquet(cell_dir / "samples.parquet")
-                table.write_csv(cell_dir / "samples.csv")  # the MLflow UI previews CSV as a table
+                # the MLflow UI previews CSV as a table (decode traces stay in the Parquet file)
+                table.drop("trace").write_csv(cell_dir / "samples.csv")
                 self.client.log_artifact(run_id, str(cell_dir / "samples.parquet"))
                 self.client.log_artifact(run_id, str(cell_dir / "samples.csv"))
                 self.client.set_terminated(run_id, "FINISHED", end_time=end_ms)
-                self._logged[c.cell_id] = s.metrics()
+                self._logged[c.cell_id] = values
                 out[c.cell_id] = run_id
         return out
 
@@ -280,6 +283,18 @@ def run_name(s: "CellSummary") -> str:
     c = s.cell
     model = c.model.rstrip("/").split("/")[-1]
     return f"{model} {c.task} {c.label()} g{c.gen_length}b{c.block_length} {c.cache}"
+
+
+def _failures(records: pl.DataFrame) -> dict[str, dict[str, float]]:
+    """Cell id -> its parallel-failure metrics (cells with traces and a `default` cell with traces)."""
+    from .metrics import baseline_ids, failure_metrics, parallel_failures
+    from .spec import Cell
+
+    if not records.height or records["trace"].is_null().all():
+        return {}
+    firsts = records.unique(subset="cell_id", keep="first")
+    cells = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
+    return {cid: failure_metrics(n) for cid, n in parallel_failures(records, baseline_ids(cells)).items()}
 
 
 def _hardware(records: pl.DataFrame, cell_id: str) -> str:

@@ -37,6 +37,7 @@ class WorkItem:
     run_id: str
     cell: "Cell"
     example: "Example"
+    traces: bool = False  # keep the sample's decode trace with its record (a spec's `traces: true`)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -141,6 +142,7 @@ class SampleWorker:
         import torch
 
         from ..runtime.engine import GenerationConfig
+        from ..runtime.tracing import TraceRecorder
         from .evaluate import drawn_seed, run_batch, strict_of
 
         if not items:
@@ -157,16 +159,18 @@ class SampleWorker:
             decoder = cell.make_decoder()
             config = GenerationConfig(cell.gen_length, cell.block_length, cell.cache, cell.stop_at_eos, cell.eos_early_stop,
                                       block_align=cell.block_align, sub_block_length=cell.sub_block_length)
+            rec = TraceRecorder(len(items)) if items[0].traces else None
             with self._decode:
                 task = self._task(cell.task, cell.task_options)
                 torch.manual_seed(cell.seed)
                 decoded = run_batch(self.engine, self.lm.tokenizer, task, [it.example for it in items], decoder,
-                                    config, chat=cell.prompt_chat, seed=cell.seed)
+                                    config, chat=cell.prompt_chat, seed=cell.seed, trace=rec)
+            traces = [t.dumps() for t in rec.traces()] if rec else [None] * len(items)
         except Exception as exc:  # the failure becomes the stored records (DESIGN: never dropped)
             return [it.record(error=f"{type(exc).__name__}: {exc}", **where, **batch) for it in items]
         batch["batch_seconds"] = max(out.decode_seconds for _, out, _ in decoded)  # rows share the clock
         records = []
-        for item, (ids, out, text) in zip(items, decoded):
+        for item, (ids, out, text), trace in zip(items, decoded, traces):
             try:
                 score = task.score(item.example, text)
             except Exception as exc:
@@ -177,7 +181,7 @@ class SampleWorker:
                 lookahead_nfe=out.lookahead_nfe, edits=out.edits, encoder_nfe=out.encoder_nfe,
                 floor_nfe=task.floor_nfe(item.example), sample_seed=drawn_seed(decoder, cell.seed, item.example.id),
                 decode_seconds=out.decode_seconds, tps=out.tps, canvas_tps=out.canvas_tps, correct=bool(score.correct),
-                score=dumps(score.details), score_strict=strict_of(score.details), **where,
+                score=dumps(score.details), score_strict=strict_of(score.details), trace=trace, **where,
                 **batch))
         return records
 

@@ -93,6 +93,7 @@ from ...errors import RippleError
 from .models.transformer import KVCache
 from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
 from .renoising import RenoisingRun
+from .tracing import read_keys, token_probs
 
 TraceFn = Callable[[dict[str, Any]], None]
 BLOCK_ALIGNS = ("response", "absolute")
@@ -814,7 +815,7 @@ class _Run:
             res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
             self._apply(r, st, res.commit, None, None)
             st.logits = res.logits
-            self._emit(r, blk, st, res.commit, res.info, None, phase="resolve")
+            self._emit(r, blk, st, res.commit, res.info, None, phase="resolve", read=(anchor, var))
             if self._stops_early():
                 self._early_stop(r, res.commit, win.hi)
 
@@ -889,14 +890,20 @@ class _Run:
             st.tokens[back] = e.mask_id
         return edited
 
-    def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None, edited=None) -> None:
+    def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None, edited=None,
+              read: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """One decision as a trace event. `nfe` names the forward whose outputs it read (the row's
+        forwards so far: a step after a lookahead reads that lookahead's carried rows), `p` the
+        probability those outputs gave each committed token; `read`: a resolve's (anchor [L, V],
+        variants [m, L, V]), which its commits read and whose carried rows `variant` names
+        (ripple/platform/runtime/tracing.py turns the events into a sample's stored trace)."""
         if self.trace is None:
             return
         offset = st.response_offset  # positions from the response start
         event = {  # a decoder's own info never overrides the engine's keys
             **info, "sample": r, "block": blk, "step": st.step, "phase": phase,
             "committed": [[offset + int(p), int(t)] for p, t in zip(commit.positions.tolist(), commit.tokens.tolist())],
-            "forward": forward,
+            "forward": forward, "nfe": self.nfe[r], **read_keys(st.logits, commit, read),
         }
         if self.cfg.sub_block < self.cfg.block_length:
             event["sub_block"] = st.window[0] // self.cfg.sub_block
@@ -904,6 +911,7 @@ class _Run:
             event["remasked"] = [offset + int(p) for p in remask.tolist()]
         if edited:
             event["edited"] = [[offset + p, old, new] for p, old, new in edited]
+            event["p_edit"] = token_probs(st.logits, *(torch.tensor(c) for c in list(zip(*edited))[::2]))
         self.trace(event)
 
 

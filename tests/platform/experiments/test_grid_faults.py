@@ -30,9 +30,9 @@ workers: {{count: 1, cpus: 1}}
 """
 
 
-def _spec(tmp_path, name, limit, gen=128, block=32, decoders="default"):
+def _spec(tmp_path, name, limit, gen=128, block=32, decoders="default", extra=""):
     return write_spec(tmp_path / f"{name}.yaml",
-                      SPEC.format(name=name, limit=limit, gen=gen, block=block, decoders=decoders))
+                      SPEC.format(name=name, limit=limit, gen=gen, block=block, decoders=decoders) + extra)
 
 
 def _exactly_once(store: ResultStore, total: int) -> None:
@@ -80,7 +80,9 @@ def test_a_second_driver_is_refused_and_a_killed_drivers_lock_is_taken_over(tmp_
 
 
 def test_a_truncated_part_file_is_quarantined_recomputed_and_reported(tmp_path, capsys):
-    spec, store_dir = _spec(tmp_path, "damaged", 3, gen=16, block=16, decoders="default, confidence"), tmp_path / "store"
+    """Decode traces live in the record files, so a damaged one's traces are set aside and recomputed with it."""
+    spec = _spec(tmp_path, "damaged", 3, gen=16, block=16, decoders="default, confidence", extra="traces: true\n")
+    store_dir = tmp_path / "store"
     store = ResultStore(store_dir, "damaged")
     run_grid(str(spec), "--store", str(store_dir), "--no-tracking")
     files = store.files()
@@ -98,11 +100,13 @@ def test_a_truncated_part_file_is_quarantined_recomputed_and_reported(tmp_path, 
     assert (out["planned"], out["skipped"], out["computed"]) == (6, 0, 6)
     _exactly_once(store, 6)
     assert [p.name for p in store.quarantine.iterdir()] == [victim.name]
+    assert stored(store)["trace"].null_count() == 0  # every recomputed sample has its trace again
 
     assert main(["report", "damaged", "--store", str(store_dir), "--no-tracking"]) == 0
     assert "6 records in 1 damaged file set aside in quarantine/" in capsys.readouterr().out
     markdown = (store_dir / "damaged" / "report" / "report.md").read_text()
     assert "6 records in 1 damaged file set aside in quarantine/" in markdown
+    assert "## Parallel failures" in markdown and "| confidence |" in markdown.split("## Parallel failures")[1]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Resume and fault tolerance, with real processes: a driver SIGKILLed at three points resumes
 without loss or recomputation, one sample at a time and in batches of 4 (throughput mode: a batch
-is stored whole or not at all); a worker process killed mid-grid is restarted and its samples
+is stored whole or not at all), each sample's decode trace kept once with its record; a worker process killed mid-grid is restarted and its samples
 retried, so the grid completes with every sample."""
 import os
 import signal
@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from ripple.platform.experiments.store import ResultStore
+from ripple.platform.runtime.tracing import Trace
 
 from tests.platform.gridtools import kill_group, run_grid, start_grid, stored, wait_for_records, write_spec
 
@@ -23,12 +24,13 @@ decoders: [default]
 gen_lengths: [128]
 block_lengths: [32]
 batch_size: {batch}
+traces: true
 """
 
 
 def _fingerprints(store: ResultStore) -> dict:
-    """(run id, finish time, worker) per stored key: identical values mean the same computation."""
-    return {(r["cell_id"], r["sample_id"]): (r["run_id"], r["finished_at"], r["worker_id"])
+    """(run id, finish time, worker, trace) per stored key: identical values mean the same computation."""
+    return {(r["cell_id"], r["sample_id"]): (r["run_id"], r["finished_at"], r["worker_id"], r["trace"])
             for r in stored(store).iter_rows(named=True)}
 
 
@@ -61,7 +63,11 @@ def test_driver_killed_three_times_resumes_without_loss_or_recompute(tmp_path, b
     after = _fingerprints(store)
     for snapshot in before_kills:  # what was stored before a kill is the very same record at the end
         assert {k: after[k] for k in snapshot} == snapshot
-    assert len({run for run, _, _ in after.values()}) == 4  # one run id per driver invocation
+    assert len({run for run, _, _, _ in after.values()}) == 4  # one run id per driver invocation
+    for r in final.iter_rows(named=True):  # every sample's trace, whole: one forward per committed token
+        decisions = Trace.loads(r["trace"]).decisions
+        assert [d.forward for d in decisions] == list(range(1, r["nfe"] + 1))
+        assert sorted(c[0] for d in decisions for c in d.commits) == list(range(r["gen_length"]))
     assert final["error"].null_count() == total
     assert set(final["batch_size"]) == {batch}
     sizes = final.group_by("batch_id").len()["len"]
