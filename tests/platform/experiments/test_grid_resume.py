@@ -1,7 +1,7 @@
 """Resume and fault tolerance, with real processes: a driver SIGKILLed at three points resumes
 without loss or recomputation, one sample at a time and in batches of 4 (throughput mode: a batch
-is stored whole or not at all), each sample's decode trace kept once with its record; a worker process killed mid-grid is restarted and its samples
-retried, so the grid completes with every sample."""
+is stored whole or not at all), each sample's decode trace kept once with its record; a worker
+process killed mid-grid is restarted and its samples retried, so the grid completes with every sample."""
 import os
 import signal
 
