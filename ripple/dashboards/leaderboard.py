@@ -47,10 +47,12 @@ from ..platform.experiments.metrics import PB_THRESHOLDS, aup, pb_scores, strict
 from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_TPF, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
-from .report import fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, slug, staged_folder, stored_experiments, summarize_cells
+from .report import (ORACLE_DECODER, fmt_acc, fmt_nfe, fmt_ratio, fmt_speedup, fmt_tps, mark_oracle, slug,
+                     staged_folder, stored_experiments, summarize_cells)
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
-           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed", "strict")
+           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed", "strict",
+           "nfe_over_oracle")
 PBX_COLUMNS = ("model", "weights", "decoder", "task", "tasks", "configurations", *(f"pb{x}" for x in PB_THRESHOLDS))
 SECTION = ("model", "weights", "task")
 DECODE = tuple(f.name for f in fields(DecodeSettings))
@@ -87,6 +89,8 @@ class Row:
     # the cell's seed (each sample's generator is seeded from it and the sample id: renoising decoders)
     seed: int | None = None
     strict: float | None = None  # ParallelBench's strict figure (percent), where the task has one
+    # mean NFE over the oracle cell's of the same lengths and cache, on the same samples (issue 51)
+    nfe_over_oracle: float | None = None
 
     @property
     def usable(self) -> bool:
@@ -197,7 +201,7 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
                             c["accuracy"], c["accuracy_lo"], c["accuracy_hi"], _num(c["tpf"]), c["mean_nfe"],
                             _num(c["tps"]), _num(c["speedup"]), None, False, tuple(c[k] for k in CURVE),
                             c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"]), c.get("seed"),
-                            _num(c.get("strict"))))
+                            _num(c.get("strict")), _num(c.get("nfe_over_oracle"))))
         aups, dropped = _score_curves(rows)
         flags = front_flags([(r.accuracy, r.tpf) if r.usable else (None, None) for r in rows], ACCURACY_TPF)
         rows = [replace(r, aup=a, pareto=f) for r, a, f in zip(rows, aups, flags)]
@@ -330,6 +334,7 @@ def section_figure(section: Section):
     front = [r for r in section.rows if r.pareto]
     ax.scatter([r.tpf for r in front], [r.accuracy for r in front], s=140, facecolors="none",
                edgecolors="k", lw=1.2, label="Pareto front (accuracy, TPF)")
+    mark_oracle(ax, [(r.tpf, r.accuracy) for r in section.rows if r.decoder == ORACLE_DECODER])
     k = section.key
     ax.set_title(f"{k['model']} ({k['weights'][:12]}), task {k['task']}", fontsize=10)
     ax.set_xlabel("TPF (generated tokens per forward)")
@@ -348,9 +353,14 @@ HEADER = ("decoder", "params", "experiment", "n", "accuracy %", "TPF", "mean NFE
 
 
 def _header(s: "Section") -> tuple[str, ...]:
-    """HEADER, plus a strict column where a task has ParallelBench's strict figure and an edits column in a
-    section where some cell edited (token editing)."""
-    return HEADER + (("strict %",) if _strict(s) else ()) + (("edits",) if _edited(s) else ())
+    """HEADER, plus a strict column where a task has ParallelBench's strict figure, an edits column in a
+    section where some cell edited (token editing) and NFE / oracle in a section holding an oracle cell."""
+    return (HEADER + (("strict %",) if _strict(s) else ()) + (("edits",) if _edited(s) else ())
+            + (("NFE / oracle",) if _oracle(s) else ()))
+
+
+def _oracle(s: "Section") -> bool:
+    return any(r.decoder == ORACLE_DECODER for r in s.rows)
 
 
 def _edited(s: "Section") -> bool:
@@ -361,7 +371,7 @@ def _strict(s: "Section") -> bool:
     return any(r.strict is not None for r in s.rows)
 
 
-def _shown(r: Row, edits: bool = False, strict: bool = False) -> list[tuple[str, Any]]:
+def _shown(r: Row, edits: bool = False, strict: bool = False, oracle: bool = False) -> list[tuple[str, Any]]:
     """(text, sort value) per `_header` column."""
     acc = fmt_acc(asdict(r)) if r.n else "-"
     return [(r.decoder, r.decoder), (r.params or "-", r.params), (r.experiment, r.experiment), (str(r.n), r.n),
@@ -369,7 +379,8 @@ def _shown(r: Row, edits: bool = False, strict: bool = False) -> list[tuple[str,
             (fmt_tps(r.tps), r.tps), (fmt_speedup(asdict(r)), r.speedup),
             ("-" if r.aup is None else f"{r.aup:.1f}", r.aup), ("*" if r.pareto else "", int(r.pareto))] + (
         [(strict_text(r.strict), r.strict)] if strict else []) + (
-        [(fmt_nfe(r.mean_edits or 0.0), r.mean_edits or 0.0)] if edits else [])
+        [(fmt_nfe(r.mean_edits or 0.0), r.mean_edits or 0.0)] if edits else []) + (
+        [(fmt_ratio(r.nfe_over_oracle), r.nfe_over_oracle)] if oracle else [])
 
 
 PBX_HEADER = ("decoder", "task", "tasks", "configurations", *(f"PB{x}" for x in PB_THRESHOLDS))
@@ -422,7 +433,7 @@ def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow
     for s in sections:
         head = _header(s)
         out += [f"## {_title(s)}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s))) + " |"
+        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s), _oracle(s))) + " |"
                 for r in s.rows]
         out += ["", f"![{_title(s)}]({s.figure})", "", INTERVAL_CAPTION, ""]
         out += [f"AUP dropped (more than 5 points below the curve's first accuracy): {d}" for d in s.dropped]
@@ -475,7 +486,7 @@ def to_html(sections: list[Section], experiments: list[str], folder: Path, pbx: 
         out.append(_html_table(PBX_HEADER, [_pbx_shown(r) for r in rows]))
         out += [f"<p class=\"note\">{e(_pbx_configs(r))}</p>" for r in rows]
     for s in sections:
-        out.append(f"<h2>{e(_title(s))}</h2>" + _html_table(_header(s), [_shown(r, _edited(s), _strict(s))
+        out.append(f"<h2>{e(_title(s))}</h2>" + _html_table(_header(s), [_shown(r, _edited(s), _strict(s), _oracle(s))
                                                                          for r in s.rows], [r.pareto for r in s.rows]))
         out += [f"<p class=\"note\">AUP dropped (more than 5 points below the curve's first accuracy): {e(d)}</p>"
                 for d in s.dropped]
