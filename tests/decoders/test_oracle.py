@@ -103,6 +103,12 @@ def test_an_editing_decoder_is_not_followed(monkeypatch):
         OracleParams(follow="editor")
 
 
+def test_grid_dry_run_lists_the_oracle(capsys):
+    assert main(["grid", "lines", "--dry-run"]) == 0
+    decoders = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("decoders:"))
+    assert "oracle" in decoders.split(": ", 1)[1].split(", ")
+
+
 def test_the_oracle_on_a_uniform_noise_family_is_one_line_and_exit_2(golden, capsys):
     argv = ["generate", "--model", str(golden / "diffusion-gemma-tiny"), "--input-ids", "5,6,7", "--decoder",
             "oracle", "--gen-length", "8", "--block-length", "8"]
