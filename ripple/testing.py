@@ -259,7 +259,8 @@ def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"),
             out = engine.generate([prompt], dec, cfg, trace=events.append)[0]
             where = f"{family} family, cache {cache}"
             try:  # a decoder that follows a reference: the followed decoder's forwards ran first
-                _check_sample(out, events, model.calls - (out.reference_nfe or 0), len(prompt), gen_length=gen_length, block_length=block_length,
+                _check_sample(out, events, model.calls - (out.reference_nfe or 0), len(prompt), gen_length=gen_length,
+                              block_length=block_length,
                               block_causal=family == "block_causal", shift=int(engine.commits_at_opening(dec, cache)),
                               mask=SCRIPTED_MASK, eos=(SCRIPTED_EOS,), idle_steps=dec.idle_steps)
             except AssertionError as exc:
@@ -304,7 +305,8 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
             dec = make()
             out = eng.generate([list(p)], dec, cfg, trace=events.append)[0]
             try:
-                _check_sample(out, events, model.calls - (out.reference_nfe or 0), len(p), gen_length=gen_length, block_length=block_length,
+                _check_sample(out, events, model.calls - (out.reference_nfe or 0), len(p), gen_length=gen_length,
+                              block_length=block_length,
                               block_causal=bc, shift=int(eng.commits_at_opening(dec, cache)), mask=lm.mask_id,
                               eos=lm.eos_ids, idle_steps=dec.idle_steps, sub_block_length=sub_block_length)
             except AssertionError as exc:
@@ -345,7 +347,8 @@ def check_follower(make, lm, *, follows=("default", "confidence"), caches=("none
             outs = engine()[0].generate(batch, make(follow), cfg)
             for r, (ref, out) in enumerate(zip(refs, outs)):
                 assert out.tokens == ref.tokens, f"{where}, prompt {r}: {out.tokens} is not the reference {ref.tokens}"
-                assert out.reference_nfe == ref.nfe, f"{where}, prompt {r}: reference_nfe {out.reference_nfe}, not {ref.nfe}"
+                assert out.reference_nfe == ref.nfe, \
+                    f"{where}, prompt {r}: reference_nfe {out.reference_nfe}, not {ref.nfe}"
                 if follow in one_per_forward:
                     assert out.nfe <= ref.nfe, f"{where}, prompt {r}: NFE {out.nfe} above {follow}'s {ref.nfe}"
             eng, model = engine()

@@ -68,7 +68,8 @@ def best_settings(cells: pl.DataFrame, floor: dict[str, tuple[float, float | Non
         solved = part.filter(pl.col("accuracy") >= TARGET).sort(["mean_nfe", "accuracy"], descending=[False, True])
         pick = solved if solved.height else part.sort(["accuracy", "mean_nfe"], descending=[True, False])
         row = pick.row(0, named=True)
-        out.append(Best(task, row["label"], row["accuracy"], row["mean_nfe"], floor[task][0], solved.height > 0, oracle))
+        out.append(Best(task, row["label"], row["accuracy"], row["mean_nfe"], floor[task][0], solved.height > 0,
+                        oracle))
     return out
 
 

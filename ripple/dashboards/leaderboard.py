@@ -433,7 +433,8 @@ def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow
     for s in sections:
         head = _header(s)
         out += [f"## {_title(s)}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s), _oracle(s))) + " |"
+        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s), _oracle(s)))
+                + " |"
                 for r in s.rows]
         out += ["", f"![{_title(s)}]({s.figure})", "", INTERVAL_CAPTION, ""]
         out += [f"AUP dropped (more than 5 points below the curve's first accuracy): {d}" for d in s.dropped]

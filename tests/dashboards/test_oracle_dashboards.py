@@ -55,7 +55,8 @@ def test_the_leaderboard_shows_nfe_over_oracle_in_the_oracle_section_and_renders
     assert "NFE / oracle" in arith and "NFE / oracle" not in pyfunc
     with (tmp_path / "out" / "leaderboard.csv").open() as fh:
         rows = [r for r in csv.DictReader(fh) if r["task"] == "arith"]
-    assert {r["decoder"]: r["nfe_over_oracle"] for r in rows} == {"default": "8.0", "confidence": "2.0", "oracle": "1.0"}
+    assert {r["decoder"]: r["nfe_over_oracle"] for r in rows} == {"default": "8.0", "confidence": "2.0",
+                                                                 "oracle": "1.0"}
     browser = Browser(tmp_path / "chromium")
     try:
         browser.open(board.html.as_uri())

@@ -20,8 +20,8 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 def test_every_shipped_spec_validates():
     assert shipped_specs() == ["demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "kv-cache",
-                              "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines", "paper-table1",
-                              "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
+                              "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines",
+                              "paper-table1", "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
