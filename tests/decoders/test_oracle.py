@@ -72,6 +72,14 @@ def test_the_record_carries_nfe_and_reference_nfe_apart(golden):
     assert 1 <= record["nfe"] <= 8 and ref.to_dict()["reference_nfe"] is None
 
 
+def test_ripple_generate_prints_the_followed_decoders_forwards_apart(golden, capsys):
+    argv = ["generate", "--model", str(golden / "llada-tiny"), "--input-ids", "5,9,33", "--decoder", "oracle",
+            "--gen-length", "8", "--block-length", "4"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "(the followed decoder's: 8, not counted)" in err
+
+
 @pytest.mark.parametrize("follow,why", [
     ("nope", "is not a registered decoder"),
     ("oracle", "cannot be followed: it follows a reference itself"),
