@@ -10,7 +10,7 @@ from ripple.errors import RippleError
 from ripple.platform.runtime.engine import Engine, GenerationConfig
 from ripple.platform.runtime.reference import Reference
 from ripple.testing import (SCRIPTED_EOS, SCRIPTED_MASK, SCRIPTED_PROMPTS, SCRIPTED_VOCAB, ScriptedModel,
-                            check_follower, hashed_script, peaked, scripted_engine)
+                            hashed_script, peaked, scripted_engine)
 
 V, MASK = SCRIPTED_VOCAB, SCRIPTED_MASK
 TOP = {0: 0.9, 1: 0.6, 2: 0.8, 3: 0.6}  # top-1 probability at response position j (prompt of 4: canvas 4 + j)
@@ -123,21 +123,3 @@ def test_the_oracle_on_a_uniform_noise_family_is_one_line_and_exit_2(golden, cap
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "decoder 'oracle' decodes mask-noise families" in err and "(renoise)" in err and err.count("\n") == 1
-
-
-@pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny", "llada2-tiny", "sdar-tiny", "fast-dllm-v2-tiny",
-                                        "ripple-tiny", "ripple-tiny-bd", "ripple-tiny-lines"])
-def checkpoint(request, golden):
-    from ripple.platform.runtime.loading import load_model
-
-    name = request.param
-    return name, load_model(name if name.startswith("ripple-") else str(golden / name), "float32", "cpu")
-
-
-def test_the_oracle_writes_the_followed_decoders_tokens_on_every_checkpoint_and_cache(checkpoint):
-    """ripple.testing's check, the one a plugin's follower runs: follow default and confidence, every cache."""
-    name, lm = checkpoint
-    make = lambda follow: build("oracle", {"follow": follow})  # noqa: E731
-    check_follower(make, lm, gen_length=8, block_length=4, prompts=((12, 40, 77, 3, 90), (5, 9, 33)))
-    if name == "fast-dllm-v2-tiny":  # its sub-blocks: the oracle commits inside the current one
-        check_follower(make, lm, gen_length=8, block_length=4, sub_block_length=2, prompts=((12, 40, 77, 3, 90),))
