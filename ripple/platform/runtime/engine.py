@@ -76,6 +76,10 @@ no block loop of this kind: `generate` refuses a decoder whose declared `noise` 
 model's, in one line naming what the model needs, and hands a uniform-noise model to the renoising
 loop (ripple/platform/runtime/renoising.py), which owns each sample's random generator.
 
+A decoder that declares `follows_reference` (the oracle) is run after the decoder it follows, on the
+same prompts and settings (reference.py): its block states carry that decoder's tokens, its NFE and
+clock count its own run only, and `SampleOutput.reference_nfe` the followed decoder's forwards.
+
 `trace` receives every decision as a JSON-able event; `observe` (diagnostics, e.g. the
 batch-equivalence check) also receives the tensors each decision reads, under the same
 (block, step, phase) key as its trace event.
