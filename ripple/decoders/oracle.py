@@ -70,7 +70,7 @@ class OracleParams(HyperParams):
 @register
 class Oracle(Scheduler):
     name = "oracle"
-    display_order = 95
+    display_order = 88  # after the decoders it measures, before rps (listed last)
     Params = OracleParams
     follows_reference = True
 
