@@ -12,7 +12,9 @@ checkpoint never competes with its former self. A decoder's AUP curve is its cel
 that share model, weights, task and decode settings and differ only in the decoder's hyperparameters
 (the same samples, so the points are comparable); y_max is the best accuracy of any row of the
 section. Points the y_1 - 5 filter drops are listed under the table. The Pareto mark is the
-accuracy-TPF front of the section. One plot per section: accuracy against TPF, each curve joined, each
+accuracy-TPF front of the section. An `oracle` row (ripple/decoders/oracle.py) reads the answer: it is
+the section's yardstick, never ranked (no AUP, off the front, no PBx, out of y_max); every row of a
+section holding one shows its NFE / oracle (same lengths, cache and samples), the plot stars its point. One plot per section: accuracy against TPF, each curve joined, each
 point with its 95 % Wilson interval as a bar (`plots.interval_bars`).
 
 PBx (ParallelBench's summary, the metrics module's `pb_scores`): per model, weights and decoder over the
@@ -94,8 +96,14 @@ class Row:
 
     @property
     def usable(self) -> bool:
-        """Has a point to plot, rank and score: samples without error and a positive TPF (AUP needs one)."""
+        """Has a point to plot: samples without error and a positive TPF (AUP needs one)."""
         return bool(self.n and self.tpf)
+
+    @property
+    def ranked(self) -> bool:
+        """Has a point to rank and score (AUP, the Pareto front): usable and no oracle, which reads the
+        answer: it is the section's yardstick (NFE / oracle, a star on the plot), not a competitor."""
+        return self.usable and self.decoder != ORACLE_DECODER
 
 
 @dataclass(frozen=True)
@@ -203,7 +211,7 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
                             c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"]), c.get("seed"),
                             _num(c.get("strict")), _num(c.get("nfe_over_oracle"))))
         aups, dropped = _score_curves(rows)
-        flags = front_flags([(r.accuracy, r.tpf) if r.usable else (None, None) for r in rows], ACCURACY_TPF)
+        flags = front_flags([(r.accuracy, r.tpf) if r.ranked else (None, None) for r in rows], ACCURACY_TPF)
         rows = [replace(r, aup=a, pareto=f) for r, a, f in zip(rows, aups, flags)]
         rows.sort(key=lambda r: (order.get(r.decoder, len(order)), r.decoder, r.params, r.experiment))
         sections.append(Section(key, tuple(rows), f"leaderboard-{slug('-'.join(key.values()))}.png", dropped))
@@ -212,19 +220,21 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
 
 def _score_curves(rows: list[Row]) -> tuple[list[float | None], tuple[str, ...]]:
     """Each row's AUP (its decoder curve's; None without a point) and the points the y_1 - 5 filter
-    dropped, as text; y_max is the best accuracy among the rows."""
-    usable = [r for r in rows if r.usable]
+    dropped, as text; y_max is the best accuracy among the ranked rows (an oracle row has no AUP)."""
+    usable = [r for r in rows if r.ranked]
     if not usable:
         return [None] * len(rows), ()
     y_max = max(r.accuracy for r in usable)
     scores, dropped = {}, []
     for key, members in _curves(rows).items():
+        if not members[0].ranked:
+            continue
         score = aup([(r.tpf, r.accuracy) for r in members], y_max)
         scores[key] = score.aup
         for tpf, acc in score.dropped:
             r = next(m for m in members if (m.tpf, m.accuracy) == (tpf, acc))
             dropped.append(f"{_setting(r)} ({r.experiment}): TPF {tpf:.2f}, accuracy {acc:.1f}")
-    return [scores[r.curve] if r.usable else None for r in rows], tuple(dropped)
+    return [scores[r.curve] if r.ranked else None for r in rows], tuple(dropped)
 
 
 def _curves(rows) -> dict[tuple, list[Row]]:
@@ -281,7 +291,8 @@ def build_pbx(cells: pl.DataFrame) -> list[PbRow]:
     from ..decoders import names
 
     counted = cells.filter(pl.col("task").map_elements(_counts_for_pbx, return_dtype=pl.Boolean)
-                           & (pl.col("n") > 0) & (pl.col("mean_nfe") > 0))
+                           & (pl.col("n") > 0) & (pl.col("mean_nfe") > 0)
+                           & (pl.col("decoder") != ORACLE_DECODER))  # it reads the answer: no trade-off to score
     order = {n: i for i, n in enumerate(names())}
     out = []
     for key in counted.select("model", "weights", "decoder").unique().iter_rows(named=True):

@@ -278,7 +278,9 @@ def pareto_figure(rows: pl.DataFrame, title: str):
     for ax, col, senses, xlabel in ((fig.add_subplot(1, 2, 1), "tps", ACCURACY_TPS, "TPS (generated tokens / s)"),
                                     (fig.add_subplot(1, 2, 2), "mean_nfe", ACCURACY_NFE, "mean NFE (lower is better)")):
         xs = rows[col].to_list()
-        flags = front_flags(list(zip(acc, xs)), senses)
+        decoders = rows["decoder"].to_list()  # the oracle reads the answer: a star, never on the front
+        flags = front_flags([(a, x) if d != ORACLE_DECODER else (None, None) for a, x, d in zip(acc, xs, decoders)],
+                            senses)
         pts = [(x, a, lab, f, b) for x, a, lab, f, b in zip(xs, acc, labels, flags, bounds)
                if x is not None and a is not None]
         for on_front, colour in ((False, "0.6"), (True, "tab:red")):
@@ -292,7 +294,7 @@ def pareto_figure(rows: pl.DataFrame, title: str):
         annotate = pts if len(pts) <= 16 else front
         for x, a, lab, _, _ in annotate:
             ax.annotate(lab, (x, a), textcoords="offset points", xytext=(4, 4), fontsize=7)
-        mark_oracle(ax, [(x, a) for x, a, d in zip(xs, acc, rows["decoder"].to_list()) if d == ORACLE_DECODER])
+        mark_oracle(ax, [(x, a) for x, a, d in zip(xs, acc, decoders) if d == ORACLE_DECODER])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("accuracy %")
         ax.grid(alpha=0.3)

@@ -57,6 +57,9 @@ def test_the_leaderboard_shows_nfe_over_oracle_in_the_oracle_section_and_renders
         rows = [r for r in csv.DictReader(fh) if r["task"] == "arith"]
     assert {r["decoder"]: r["nfe_over_oracle"] for r in rows} == {"default": "8.0", "confidence": "2.0",
                                                                  "oracle": "1.0"}
+    # the oracle reads the answer: the section's yardstick, never ranked (no AUP, off the Pareto front)
+    ranked = {r["decoder"]: (r["aup"], r["pareto"]) for r in rows}
+    assert ranked["oracle"] == ("", "False") and ranked["confidence"][0] != "" and ranked["confidence"][1] == "True"
     browser = Browser(tmp_path / "chromium")
     try:
         browser.open(board.html.as_uri())
