@@ -235,6 +235,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 0
     print(out.text if out.text is not None else " ".join(map(str, out.tokens)))
     print(f"-- nfe {out.nfe}" + (f" ({out.encoder_nfe} encoder passes)" if out.encoder_nfe else "")
+          + (f" (the followed decoder's: {out.reference_nfe}, not counted)" if out.reference_nfe is not None else "")
           + f" | generated {out.generated_tokens} tokens in {out.decode_seconds:.3f}s | "
           f"TPS {out.tps:.1f} (canvas TPS {out.canvas_tps:.1f})" + (f" | {out.edits} edits" if out.edits else ""),
           file=sys.stderr)

@@ -11,6 +11,8 @@
   determinism, a batch equals single runs, and prefix/dual equal none in tokens where the family's
   cache is exact. `check_invariants` checks one decoded sample from its trace.
   `check_renoising_decoder` is the same for a uniform-noise decoder on a renoising checkpoint.
+- `check_follower`: a decoder that follows a reference (the oracle) writes the followed decoder's tokens,
+  its NFE apart from the reference run's (`reference_nfe`).
 - `compare_trajectories`: a case list in the golden files' format against `ripple.generate`.
 A failed check raises AssertionError saying what broke.
 """
@@ -256,8 +258,9 @@ def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"),
             dec = make()
             out = engine.generate([prompt], dec, cfg, trace=events.append)[0]
             where = f"{family} family, cache {cache}"
-            try:
-                _check_sample(out, events, model.calls, len(prompt), gen_length=gen_length, block_length=block_length,
+            try:  # a decoder that follows a reference: the followed decoder's forwards ran first
+                _check_sample(out, events, model.calls - (out.reference_nfe or 0), len(prompt), gen_length=gen_length,
+                              block_length=block_length,
                               block_causal=family == "block_causal", shift=int(engine.commits_at_opening(dec, cache)),
                               mask=SCRIPTED_MASK, eos=(SCRIPTED_EOS,), idle_steps=dec.idle_steps)
             except AssertionError as exc:
@@ -270,7 +273,8 @@ def check_decoder(make, *, families=FAMILIES, caches=("none", "prefix", "dual"),
             singles = [scripted_engine(family)[0].generate([list(p)], make(), batch_cfg)[0] for p in SCRIPTED_PROMPTS]
             assert [(b.tokens, b.nfe) for b in batch] == [(s.tokens, s.nfe) for s in singles], \
                 f"{where}: a batch decodes other tokens or forwards than single runs"
-            assert batch_model.row_calls == sum(s.nfe for s in singles), f"{where}: a finished row was forwarded"
+            assert batch_model.row_calls == sum(s.nfe + (s.reference_nfe or 0) for s in singles), \
+                f"{where}: a finished row was forwarded"
             tokens[cache] = out.tokens
         if family == "block_causal" and "none" in tokens:
             assert all(t == tokens["none"] for t in tokens.values()), "block-causal: a cache changed the tokens"
@@ -301,7 +305,8 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
             dec = make()
             out = eng.generate([list(p)], dec, cfg, trace=events.append)[0]
             try:
-                _check_sample(out, events, model.calls, len(p), gen_length=gen_length, block_length=block_length,
+                _check_sample(out, events, model.calls - (out.reference_nfe or 0), len(p), gen_length=gen_length,
+                              block_length=block_length,
                               block_causal=bc, shift=int(eng.commits_at_opening(dec, cache)), mask=lm.mask_id,
                               eos=lm.eos_ids, idle_steps=dec.idle_steps, sub_block_length=sub_block_length)
             except AssertionError as exc:
@@ -315,6 +320,41 @@ def check_decoder_on_model(make, lm, *, caches=("none", "prefix", "dual"), promp
             tokens.setdefault(eng.commits_at_opening(dec, cache), {})[cache] = [s.tokens for s in singles]
     for same in tokens.values() if bc else ():
         assert len({tuple(t) for t in same.values()}) == 1, f"block diffusion: a cache changed the tokens ({same})"
+
+
+def check_follower(make, lm, *, follows=("default", "confidence"), caches=("none", "prefix", "dual"),
+                   prompts=((12, 40, 77, 3, 90, 15), (5, 9, 33)), gen_length: int = 16, block_length: int = 8,
+                   sub_block_length: int | None = None, one_per_forward=("default",)) -> None:
+    """A decoder that follows a reference (`follows_reference`; `make(follow)` builds one following the
+    registered decoder `follow`) on a loaded checkpoint, for every followed decoder and cache: in one
+    batch of `prompts` each sample's tokens equal the followed decoder's token for token and its
+    `reference_nfe` is that decoder's NFE; alone, a sample's NFE counts its own forwards only (the model
+    ran reference_nfe + nfe); following a decoder of `one_per_forward` takes at most its forwards."""
+    from .decoders import build
+    from .platform.runtime.engine import Engine, GenerationConfig
+
+    def engine():
+        model = CountedModel(lm.model)
+        return Engine(model, mask_id=lm.mask_id, eos_ids=lm.eos_ids, pad_id=lm.pad_id), model
+
+    batch = [list(p) for p in prompts]
+    for follow in follows:
+        for cache in caches:
+            where = f"following {follow}, cache {cache}"
+            cfg = GenerationConfig(gen_length=gen_length, block_length=block_length, cache=cache,
+                                   sub_block_length=sub_block_length)
+            refs = engine()[0].generate(batch, build(follow), cfg)
+            outs = engine()[0].generate(batch, make(follow), cfg)
+            for r, (ref, out) in enumerate(zip(refs, outs)):
+                assert out.tokens == ref.tokens, f"{where}, prompt {r}: {out.tokens} is not the reference {ref.tokens}"
+                assert out.reference_nfe == ref.nfe, \
+                    f"{where}, prompt {r}: reference_nfe {out.reference_nfe}, not {ref.nfe}"
+                if follow in one_per_forward:
+                    assert out.nfe <= ref.nfe, f"{where}, prompt {r}: NFE {out.nfe} above {follow}'s {ref.nfe}"
+            eng, model = engine()
+            alone = eng.generate(batch[:1], make(follow), cfg)[0]
+            assert model.calls == alone.nfe + alone.reference_nfe and alone.nfe == outs[0].nfe, \
+                f"{where}: {model.calls} forwards ran for NFE {alone.nfe} + reference {alone.reference_nfe}"
 
 
 class CountedRenoisingModel:

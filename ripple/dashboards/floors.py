@@ -7,8 +7,10 @@ always be right (ripple/tasks/lines.py). From one experiment's store this writes
   of a decoder that writes the right answer in the floor's forwards (the `default` cell's correct
   answers: generated tokens over floor_nfe, summed);
 - floors.md: per task the best decoder setting at accuracy >= 95 % (fewest forwards) with its NFE over
-  the floor, or the most accurate setting where none reaches 95 %; then PB90 / PB80 per decoder over the
-  tasks (the leaderboard's PBx).
+  the floor, or the most accurate setting where none reaches 95 %, and beside the floor the oracle's mean
+  NFE where the grid has an `oracle` cell (the forwards this model needs for Default's answers: the floor
+  is a perfect model's, the oracle this one's); then PB90 / PB80 per decoder over the tasks (the
+  leaderboard's PBx).
 Run: python -m ripple.dashboards.floors [STORE] [EXPERIMENT] [OUT]   (defaults: results lines results/floors)
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import RippleError
+from ..platform.experiments.metrics import ORACLE_DECODER
 from ..platform.experiments.store import ResultStore
 from .leaderboard import build_pbx, load_cells
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
@@ -37,6 +40,7 @@ class Best:
     mean_nfe: float
     floor: float  # mean floor_nfe over the task's problems
     reached: bool
+    oracle: float | None = None  # the oracle cell's mean NFE (following default where there are several)
 
     @property
     def ratio(self) -> float:
@@ -57,13 +61,22 @@ def best_settings(cells: pl.DataFrame, floor: dict[str, tuple[float, float | Non
     out = []
     for task in sorted(floor):
         part = cells.filter(pl.col("task") == task)
+        oracle = oracle_nfe(part)
+        part = part.filter(pl.col("decoder") != ORACLE_DECODER)  # it reads the answer: never the best setting
         if part.height == 0:
             continue
         solved = part.filter(pl.col("accuracy") >= TARGET).sort(["mean_nfe", "accuracy"], descending=[False, True])
         pick = solved if solved.height else part.sort(["accuracy", "mean_nfe"], descending=[True, False])
         row = pick.row(0, named=True)
-        out.append(Best(task, row["label"], row["accuracy"], row["mean_nfe"], floor[task][0], solved.height > 0))
+        out.append(Best(task, row["label"], row["accuracy"], row["mean_nfe"], floor[task][0], solved.height > 0,
+                        oracle))
     return out
+
+
+def oracle_nfe(part: pl.DataFrame) -> float | None:
+    """The mean NFE of a task's oracle cell (the one following default, labelled plain `oracle`, first), or None."""
+    oracles = part.filter(pl.col("decoder") == ORACLE_DECODER).sort(pl.col("label") != ORACLE_DECODER, "label")
+    return float(oracles["mean_nfe"][0]) if oracles.height else None
 
 
 @dataclass(frozen=True)
@@ -159,12 +172,15 @@ def _widest(pbx) -> dict:
 
 
 def to_markdown(best: list[Best], pbx) -> str:
+    oracle = any(b.oracle is not None for b in best)  # the oracle's NFE beside the floor, where it ran
     out = [f"| operation | best setting (accuracy >= {TARGET:g} %, fewest forwards) | accuracy % | mean NFE | "
-           "floor | NFE / floor |", "|---|---|---|---|---|---|"]
+           "floor |" + (" oracle NFE |" if oracle else "") + " NFE / floor |",
+           "|---|---|---|---|---|" + ("---|" if oracle else "") + "---|"]
     for b in best:
         label = b.label if b.reached else f"none reaches {TARGET:g} %; most accurate: {b.label}"
-        out.append(f"| {b.task.split('/')[-1]} | {label} | {b.accuracy:.1f} | {b.mean_nfe:.2f} | {b.floor:.2f} | "
-                   f"{b.ratio:.2f} |")
+        beside = "" if not oracle else " - |" if b.oracle is None else f" {b.oracle:.2f} |"
+        out.append(f"| {b.task.split('/')[-1]} | {label} | {b.accuracy:.1f} | {b.mean_nfe:.2f} | {b.floor:.2f} |"
+                   f"{beside} {b.ratio:.2f} |")
     out += ["", "| decoder | configurations | PB90 | PB80 |", "|---|---|---|---|"]
     for r in _widest(pbx).values():
         shown = ["-" if r.pbx[x] is None else f"{r.pbx[x]:.2f}" for x in (90, 80)]

@@ -12,7 +12,9 @@ checkpoint never competes with its former self. A decoder's AUP curve is its cel
 that share model, weights, task and decode settings and differ only in the decoder's hyperparameters
 (the same samples, so the points are comparable); y_max is the best accuracy of any row of the
 section. Points the y_1 - 5 filter drops are listed under the table. The Pareto mark is the
-accuracy-TPF front of the section. One plot per section: accuracy against TPF, each curve joined, each
+accuracy-TPF front of the section. An `oracle` row (ripple/decoders/oracle.py) reads the answer: it is
+the section's yardstick, never ranked (no AUP, off the front, no PBx, out of y_max); every row of a
+section holding one shows its NFE / oracle (same lengths, cache and samples), the plot stars its point. One plot per section: accuracy against TPF, each curve joined, each
 point with its 95 % Wilson interval as a bar (`plots.interval_bars`).
 
 PBx (ParallelBench's summary, the metrics module's `pb_scores`): per model, weights and decoder over the
@@ -47,11 +49,13 @@ from ..platform.experiments.metrics import PB_THRESHOLDS, aup, pb_scores, strict
 from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_TPF, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
-from .report import (FAILURES_TEXT, Table, failure_tables, fmt_acc, fmt_nfe, fmt_speedup, fmt_tps, slug, staged_folder,
-                     stored_experiments, summarize_cells, table_html, table_markdown)
+from .report import (FAILURES_TEXT, ORACLE_DECODER, Table, failure_tables, fmt_acc, fmt_nfe, fmt_ratio, fmt_speedup,
+                     fmt_tps, mark_oracle, slug, staged_folder, stored_experiments, summarize_cells, table_html,
+                     table_markdown)
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
-           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed", "strict")
+           "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed", "strict",
+           "nfe_over_oracle")
 PBX_COLUMNS = ("model", "weights", "decoder", "task", "tasks", "configurations", *(f"pb{x}" for x in PB_THRESHOLDS))
 SECTION = ("model", "weights", "task")
 DECODE = tuple(f.name for f in fields(DecodeSettings))
@@ -88,11 +92,19 @@ class Row:
     # the cell's seed (each sample's generator is seeded from it and the sample id: renoising decoders)
     seed: int | None = None
     strict: float | None = None  # ParallelBench's strict figure (percent), where the task has one
+    # mean NFE over the oracle cell's of the same lengths and cache, on the same samples (issue 51)
+    nfe_over_oracle: float | None = None
 
     @property
     def usable(self) -> bool:
-        """Has a point to plot, rank and score: samples without error and a positive TPF (AUP needs one)."""
+        """Has a point to plot: samples without error and a positive TPF (AUP needs one)."""
         return bool(self.n and self.tpf)
+
+    @property
+    def ranked(self) -> bool:
+        """Has a point to rank and score (AUP, the Pareto front): usable and no oracle, which reads the
+        answer: it is the section's yardstick (NFE / oracle, a star on the plot), not a competitor."""
+        return self.usable and self.decoder != ORACLE_DECODER
 
 
 @dataclass(frozen=True)
@@ -198,9 +210,9 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
                             c["accuracy"], c["accuracy_lo"], c["accuracy_hi"], _num(c["tpf"]), c["mean_nfe"],
                             _num(c["tps"]), _num(c["speedup"]), None, False, tuple(c[k] for k in CURVE),
                             c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"]), c.get("seed"),
-                            _num(c.get("strict"))))
+                            _num(c.get("strict")), _num(c.get("nfe_over_oracle"))))
         aups, dropped = _score_curves(rows)
-        flags = front_flags([(r.accuracy, r.tpf) if r.usable else (None, None) for r in rows], ACCURACY_TPF)
+        flags = front_flags([(r.accuracy, r.tpf) if r.ranked else (None, None) for r in rows], ACCURACY_TPF)
         rows = [replace(r, aup=a, pareto=f) for r, a, f in zip(rows, aups, flags)]
         rows.sort(key=lambda r: (order.get(r.decoder, len(order)), r.decoder, r.params, r.experiment))
         sections.append(Section(key, tuple(rows), f"leaderboard-{slug('-'.join(key.values()))}.png", dropped))
@@ -209,19 +221,21 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
 
 def _score_curves(rows: list[Row]) -> tuple[list[float | None], tuple[str, ...]]:
     """Each row's AUP (its decoder curve's; None without a point) and the points the y_1 - 5 filter
-    dropped, as text; y_max is the best accuracy among the rows."""
-    usable = [r for r in rows if r.usable]
+    dropped, as text; y_max is the best accuracy among the ranked rows (an oracle row has no AUP)."""
+    usable = [r for r in rows if r.ranked]
     if not usable:
         return [None] * len(rows), ()
     y_max = max(r.accuracy for r in usable)
     scores, dropped = {}, []
     for key, members in _curves(rows).items():
+        if not members[0].ranked:
+            continue
         score = aup([(r.tpf, r.accuracy) for r in members], y_max)
         scores[key] = score.aup
         for tpf, acc in score.dropped:
             r = next(m for m in members if (m.tpf, m.accuracy) == (tpf, acc))
             dropped.append(f"{_setting(r)} ({r.experiment}): TPF {tpf:.2f}, accuracy {acc:.1f}")
-    return [scores[r.curve] if r.usable else None for r in rows], tuple(dropped)
+    return [scores[r.curve] if r.ranked else None for r in rows], tuple(dropped)
 
 
 def _curves(rows) -> dict[tuple, list[Row]]:
@@ -278,7 +292,8 @@ def build_pbx(cells: pl.DataFrame) -> list[PbRow]:
     from ..decoders import names
 
     counted = cells.filter(pl.col("task").map_elements(_counts_for_pbx, return_dtype=pl.Boolean)
-                           & (pl.col("n") > 0) & (pl.col("mean_nfe") > 0))
+                           & (pl.col("n") > 0) & (pl.col("mean_nfe") > 0)
+                           & (pl.col("decoder") != ORACLE_DECODER))  # it reads the answer: no trade-off to score
     order = {n: i for i, n in enumerate(names())}
     out = []
     for key in counted.select("model", "weights", "decoder").unique().iter_rows(named=True):
@@ -331,6 +346,7 @@ def section_figure(section: Section):
     front = [r for r in section.rows if r.pareto]
     ax.scatter([r.tpf for r in front], [r.accuracy for r in front], s=140, facecolors="none",
                edgecolors="k", lw=1.2, label="Pareto front (accuracy, TPF)")
+    mark_oracle(ax, [(r.tpf, r.accuracy) for r in section.rows if r.decoder == ORACLE_DECODER])
     k = section.key
     ax.set_title(f"{k['model']} ({k['weights'][:12]}), task {k['task']}", fontsize=10)
     ax.set_xlabel("TPF (generated tokens per forward)")
@@ -349,9 +365,14 @@ HEADER = ("decoder", "params", "experiment", "n", "accuracy %", "TPF", "mean NFE
 
 
 def _header(s: "Section") -> tuple[str, ...]:
-    """HEADER, plus a strict column where a task has ParallelBench's strict figure and an edits column in a
-    section where some cell edited (token editing)."""
-    return HEADER + (("strict %",) if _strict(s) else ()) + (("edits",) if _edited(s) else ())
+    """HEADER, plus a strict column where a task has ParallelBench's strict figure, an edits column in a
+    section where some cell edited (token editing) and NFE / oracle in a section holding an oracle cell."""
+    return (HEADER + (("strict %",) if _strict(s) else ()) + (("edits",) if _edited(s) else ())
+            + (("NFE / oracle",) if _oracle(s) else ()))
+
+
+def _oracle(s: "Section") -> bool:
+    return any(r.decoder == ORACLE_DECODER for r in s.rows)
 
 
 def _edited(s: "Section") -> bool:
@@ -362,7 +383,7 @@ def _strict(s: "Section") -> bool:
     return any(r.strict is not None for r in s.rows)
 
 
-def _shown(r: Row, edits: bool = False, strict: bool = False) -> list[tuple[str, Any]]:
+def _shown(r: Row, edits: bool = False, strict: bool = False, oracle: bool = False) -> list[tuple[str, Any]]:
     """(text, sort value) per `_header` column."""
     acc = fmt_acc(asdict(r)) if r.n else "-"
     return [(r.decoder, r.decoder), (r.params or "-", r.params), (r.experiment, r.experiment), (str(r.n), r.n),
@@ -370,7 +391,8 @@ def _shown(r: Row, edits: bool = False, strict: bool = False) -> list[tuple[str,
             (fmt_tps(r.tps), r.tps), (fmt_speedup(asdict(r)), r.speedup),
             ("-" if r.aup is None else f"{r.aup:.1f}", r.aup), ("*" if r.pareto else "", int(r.pareto))] + (
         [(strict_text(r.strict), r.strict)] if strict else []) + (
-        [(fmt_nfe(r.mean_edits or 0.0), r.mean_edits or 0.0)] if edits else [])
+        [(fmt_nfe(r.mean_edits or 0.0), r.mean_edits or 0.0)] if edits else []) + (
+        [(fmt_ratio(r.nfe_over_oracle), r.nfe_over_oracle)] if oracle else [])
 
 
 PBX_HEADER = ("decoder", "task", "tasks", "configurations", *(f"PB{x}" for x in PB_THRESHOLDS))
@@ -446,7 +468,8 @@ def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow
     for s in sections:
         head = _header(s)
         out += [f"## {_title(s)}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s))) + " |"
+        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s), _oracle(s)))
+                + " |"
                 for r in s.rows]
         out += ["", f"![{_title(s)}]({s.figure})", "", INTERVAL_CAPTION, ""]
         out += [f"AUP dropped (more than 5 points below the curve's first accuracy): {d}" for d in s.dropped]
@@ -500,7 +523,7 @@ def to_html(sections: list[Section], experiments: list[str], folder: Path, pbx: 
         out.append(_html_table(PBX_HEADER, [_pbx_shown(r) for r in rows]))
         out += [f"<p class=\"note\">{e(_pbx_configs(r))}</p>" for r in rows]
     for s in sections:
-        out.append(f"<h2>{e(_title(s))}</h2>" + _html_table(_header(s), [_shown(r, _edited(s), _strict(s))
+        out.append(f"<h2>{e(_title(s))}</h2>" + _html_table(_header(s), [_shown(r, _edited(s), _strict(s), _oracle(s))
                                                                          for r in s.rows], [r.pareto for r in s.rows]))
         out += [f"<p class=\"note\">AUP dropped (more than 5 points below the curve's first accuracy): {e(d)}</p>"
                 for d in s.dropped]

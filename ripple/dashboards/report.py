@@ -33,7 +33,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.store import DecodeSettings, ResultStore
+from ..platform.experiments.metrics import ORACLE_DECODER
+from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
 from .records import load_records, slug, stored_experiments  # noqa: F401  (their home; imported from here too)
@@ -49,13 +50,13 @@ REPORT_TAG = "ripple_report"
 def summarize_cells(records: pl.DataFrame) -> pl.DataFrame:
     """One row per cell: its settings, label and the metrics module's numbers (intervals and the
     paired comparison with its Default cell included), in table order."""
-    from ..platform.experiments.metrics import CellMetrics, baseline_ids
+    from ..platform.experiments.metrics import CellMetrics, baseline_ids, oracle_ids
     from ..platform.experiments.metrics import summarize_cells as cell_stats
     from ..platform.experiments.spec import Cell
 
     firsts = records.sort("cell_id", "sample_id").unique(subset="cell_id", keep="first", maintain_order=True)
     cells = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
-    stats = cell_stats(records, baseline_ids(cells))
+    stats = cell_stats(records, baseline_ids(cells), oracles=oracle_ids(cells))
     rows = [{"cell_id": r["cell_id"], **{k: r[k] for k in SETTING}, "label": cells[r["cell_id"]].label(),
              **dataclasses.asdict(stats[r["cell_id"]])} for r in firsts.iter_rows(named=True)]
     schema = {"cell_id": pl.String, **{k: records.schema[k] for k in SETTING}, "label": pl.String,
@@ -100,6 +101,11 @@ def fmt_nfe(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.2f}"
 
 
+def fmt_ratio(v: float | None) -> str:
+    """NFE / oracle: `1.35x` (`-` without an oracle cell of the same samples)."""
+    return "-" if v is None or math.isnan(v) else f"{v:.2f}x"
+
+
 def fmt_tps(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.1f}"
 
@@ -136,7 +142,8 @@ def _labels(rows: pl.DataFrame) -> list[str]:
 
 def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
     """Decoders x tasks: accuracy / mean NFE / TPS / speedup, one table per context:
-    (context key, its description, table)."""
+    (context key, its description, table). A context holding an `oracle` cell also shows each decoder's
+    NFE / oracle (its mean NFE over the oracle's on the same samples)."""
     vary = _varying(cells, CONTEXT)
     batched = cells.height > 0 and int(cells["batch_size"].max()) > 1  # throughput mode: its column too
     edited = cells.height > 0 and cells["mean_edits"].is_not_null().any()  # token editing: edits per sample
@@ -145,17 +152,20 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
     out = []
     for key, rows in _groups(cells, CONTEXT):
         tasks = rows["task"].unique(maintain_order=True).to_list()
-        header = ["decoder"] + [f"{t} {m}" for t in tasks for m in metrics]
+        oracle = bool(rows["decoder"].eq(ORACLE_DECODER).any())
+        shown = metrics[:2] + (("NFE / oracle",) if oracle else ()) + metrics[2:]
+        header = ["decoder"] + [f"{t} {m}" for t in tasks for m in shown]
         body = []
         for label in _labels(rows):
             line = [label]
             for t in tasks:
                 r = rows.filter((pl.col("label") == label) & (pl.col("task") == t))
                 if r.height == 0:
-                    line += ["-"] * len(metrics)
+                    line += ["-"] * len(shown)
                     continue
                 c = r.row(0, named=True)
-                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), fmt_nfe(c["tpf"]), fmt_tps(c["tps"]), fmt_speedup(c),
+                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), *((fmt_ratio(c["nfe_over_oracle"]),) if oracle else ()),
+                         fmt_nfe(c["tpf"]), fmt_tps(c["tps"]), fmt_speedup(c),
                          *((fmt_tps(c["throughput"]),) if batched else ()),
                          *((fmt_nfe(c["mean_edits"] or 0.0),) if edited else ())]
             body.append(tuple(line))
@@ -248,7 +258,9 @@ def pareto_figure(rows: pl.DataFrame, title: str):
     for ax, col, senses, xlabel in ((fig.add_subplot(1, 2, 1), "tps", ACCURACY_TPS, "TPS (generated tokens / s)"),
                                     (fig.add_subplot(1, 2, 2), "mean_nfe", ACCURACY_NFE, "mean NFE (lower is better)")):
         xs = rows[col].to_list()
-        flags = front_flags(list(zip(acc, xs)), senses)
+        decoders = rows["decoder"].to_list()  # the oracle reads the answer: a star, never on the front
+        flags = front_flags([(a, x) if d != ORACLE_DECODER else (None, None) for a, x, d in zip(acc, xs, decoders)],
+                            senses)
         pts = [(x, a, lab, f, b) for x, a, lab, f, b in zip(xs, acc, labels, flags, bounds)
                if x is not None and a is not None]
         for on_front, colour in ((False, "0.6"), (True, "tab:red")):
@@ -262,12 +274,21 @@ def pareto_figure(rows: pl.DataFrame, title: str):
         annotate = pts if len(pts) <= 16 else front
         for x, a, lab, _, _ in annotate:
             ax.annotate(lab, (x, a), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        mark_oracle(ax, [(x, a) for x, a, d in zip(xs, acc, decoders) if d == ORACLE_DECODER])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("accuracy %")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
     return fig
+
+
+def mark_oracle(ax, points: list[tuple[float | None, float | None]]) -> None:
+    """The oracle's points (x, accuracy) as a black star: how far the model itself allows (issue 51)."""
+    pts = [(x, a) for x, a in points if x is not None and a is not None]
+    if pts:
+        ax.scatter([x for x, _ in pts], [a for _, a in pts], marker="*", s=220, c="k", zorder=5,
+                   label="oracle (the model's fewest forwards for the reference)")
 
 
 def plot_pareto(rows: pl.DataFrame, title: str, path: Path) -> Path:

@@ -31,6 +31,11 @@ Other needs are declared too, never named (the field's decoders, issue 35):
 - a decoder that declares `shortens_canvas` may end a plan's next forward early (`Plan.extent`:
   the canvas is cut after that block offset, what follows is absent, not masked; SlowFast's later
   fill forwards); the block rows past the cut keep their last distributions;
+- a decoder that declares `follows_reference` (the oracle, issue 51) names a decoder through
+  `reference_decoder()`: the engine runs that one first on the same prompts and run settings
+  (ripple/platform/runtime/reference.py) and hands each block state its sample's reference tokens
+  (`BlockState.reference`); only the follower's own forwards count in NFE, the reference run's go
+  to `SampleOutput.reference_nfe`. A decoder that follows a reference is never followed;
 - a decoder whose rule depends on the run's geometry (PC-Sampler's steps per block, a prior over
   the model's vocabulary) checks it in `prepare`, once per `generate`, before any forward, and
   reads `BlockState.n_blocks` (the blocks this sample decodes).
@@ -181,6 +186,9 @@ class BlockState:
         # [L, V] logits of the next block's positions from the same forward as `logits`, for decoders
         # that declare `needs_rows_beyond_block`; None otherwise and in the last block
         self.beyond: torch.Tensor | None = None
+        # [L] the followed decoder's final token at each block position, -1 where it wrote none (the
+        # prompt's tail, past the row's end), for decoders that declare `follows_reference`; None otherwise
+        self.reference: torch.Tensor | None = None
         self._logits = logits
         self._probs: torch.Tensor | None = None
         self._shadow: torch.Tensor | None = None
@@ -274,6 +282,9 @@ class Scheduler(ABC):
     decides_first_position: ClassVar[bool] = False
     # a step may commit nothing (a fixed schedule of forwards); every block still ends within block_length steps
     idle_steps: ClassVar[bool] = False
+    # the engine first runs `reference_decoder()` on the same prompts and settings and hands its tokens
+    # to the block states (`BlockState.reference`); module docstring
+    follows_reference: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
     # the kind of family this decoder decodes (ripple/platform/runtime/models/family.py NOISES): "mask"
@@ -319,6 +330,10 @@ class Scheduler(ABC):
         """Hyperparameter strings (as `--set` takes them) that a model's generation_config.json sets;
         `ripple generate` and `ripple eval` use them for the settings not given with --set."""
         return {}
+
+    def reference_decoder(self) -> "Scheduler":
+        """The decoder whose completion this one follows (decoders that declare `follows_reference`)."""
+        raise RuntimeError(f"decoder {self.name!r} follows no reference")
 
     def prepare(self, shape: RunShape) -> None:
         """Check this configuration against a run before any forward; raise RippleError (one line)

@@ -165,7 +165,7 @@ def check_noise(decoder: str | Scheduler, family: str, noise: str) -> None:
 
 # what a decoder declares and the engine acts on (ripple/decoders/base.py), as `ripple decoders` lists it
 PROPERTIES = ("uses_lookahead", "uses_shadow", "needs_rows_beyond_block", "edits_tokens", "shortens_canvas",
-              "defers_masks", "decides_first_position", "idle_steps", "supported_caches")
+              "defers_masks", "decides_first_position", "idle_steps", "follows_reference", "supported_caches")
 
 
 def catalogue() -> list[dict]:

@@ -88,3 +88,18 @@ def test_rps_against_confidence(tmp_path):
     assert rows["insert_random"][1:] == ["2.00", "100.0 / 3.00", "100.0 / 4.00", "0.75", "1.50", "rps"]
     assert rows["shuffle"][1:] == ["4.50", "90.0 / 9.00", "50.0 / 6.00", "-", "2.00", "rps(tau=0.7)"]
     assert "PB90 over the operations: RPS" in text and "Confidence" in text
+
+
+def test_the_oracles_nfe_stands_beside_each_floor_and_is_never_the_best_setting(tmp_path):
+    st = ResultStore(tmp_path, "lines")
+    t = True
+    _cell(st, "default", {}, COPY, 32, [t] * 4, [1] * 4)
+    _cell(st, "default", {}, SHUFFLE, 32, [t] * 4, [3, 4, 5, 6])
+    _cell(st, "oracle", {"follow": "default"}, SHUFFLE, 3, [t] * 4, [3, 4, 5, 6])  # 100 % in 3: below the floor
+    _cell(st, "oracle", {"follow": "confidence"}, SHUFFLE, 2, [t] * 4, [3, 4, 5, 6])  # not the one shown
+    text = floor_report(tmp_path, "lines", tmp_path / "out").read_text().split("## RPS against Confidence")[0]
+    lines = text.splitlines()
+    assert "| floor | oracle NFE | NFE / floor |" in lines[4]
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in lines if line.startswith("| ")}
+    assert rows["shuffle"][1] == "default" and rows["shuffle"][4:7] == ["4.50", "3.00", "7.11 |"]
+    assert rows["copy"][4:7] == ["1.00", "-", "32.00 |"]

@@ -31,7 +31,8 @@ COLUMNS = ["model", "weights", "task", "decoder", "params", "experiment", "n", "
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto",  # the issue's list, verbatim
            "mean_edits",  # then token edits per sample (where a cell edited)
            "seed",  # and the cell's seed
-           "strict"]  # and ParallelBench's strict figure (empty for other tasks)
+           "strict",  # and ParallelBench's strict figure (empty for other tasks)
+           "nfe_over_oracle"]  # and NFE / oracle (empty without an oracle cell of the same lengths and cache)
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ripple.decoders import build, decoders_for, names
+from ripple.decoders import build, decoders_for, get, names
 from ripple.decoders.confidence import Confidence
 from ripple.platform.runtime.engine import GenerationConfig
 from ripple.testing import (FAMILIES, SCRIPTED_EOS, SCRIPTED_MASK, SCRIPTED_PROMPTS, SCRIPTED_VOCAB, check_decoder,
-                            check_decoder_on_model, check_renoising_decoder, scripted_engine)
+                            check_decoder_on_model, check_follower, check_renoising_decoder, scripted_engine)
 
 V, MASK, EOS = SCRIPTED_VOCAB, SCRIPTED_MASK, SCRIPTED_EOS
 CACHES = ["none", "prefix", "dual"]
@@ -205,6 +205,30 @@ def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
     """Every decoder with every cache policy on every family's golden checkpoint (ripple.testing)."""
     check_decoder_on_model(lambda: decoder(name, settings), tiny, caches=[cache])
 
+
+# decoders that follow a reference (the oracle; a plugin's too), each built following a registered decoder
+FOLLOWERS = [name for name in decoders_for("mask") if get(name).follows_reference]
+
+
+@pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny", "llada2-tiny", "sdar-tiny", "fast-dllm-v2-tiny",
+                                        "ripple-tiny", "ripple-tiny-bd", "ripple-tiny-lines"])
+def checkpoint(request, golden):
+    from ripple.platform.runtime.loading import load_model
+
+    name = request.param
+    return name, load_model(name if name.startswith("ripple-") else str(golden / name), "float32", "cpu")
+
+
+@pytest.mark.parametrize("name", FOLLOWERS)
+def test_a_follower_writes_the_followed_decoders_tokens_on_every_checkpoint_and_cache(checkpoint, name):
+    """ripple.testing.check_follower: following default and confidence, under every cache, each sample's tokens
+    are the followed decoder's, its NFE counts its own forwards only and, following default, is at most
+    default's (the five golden mask checkpoints and the three embedded models)."""
+    model, lm = checkpoint
+    make = lambda follow: build(name, {"follow": follow})  # noqa: E731
+    check_follower(make, lm, gen_length=8, block_length=4, prompts=((12, 40, 77, 3, 90), (5, 9, 33)))
+    if model == "fast-dllm-v2-tiny":  # its sub-blocks: a follower commits inside the current one
+        check_follower(make, lm, gen_length=8, block_length=4, sub_block_length=2, prompts=((12, 40, 77, 3, 90),))
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ class SampleResult:
     seed: int | None = None  # the sample's seed (`sample_seed`) when its decoder draws (renoise), else None
     floor_nfe: int | None = None  # the task's floor for the sample (Task.floor_nfe), where it defines one
     trace: str | None = None  # the decode trace (ripple/platform/runtime/tracing.py `Trace.dumps`) with `traces`
+    reference_nfe: int | None = None  # forwards of the decoder the oracle followed (None: another decoder)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, 
     """The record of one decoded and scored example."""
     return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
                         out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
-                        out.edits, out.encoder_nfe, seed, floor_nfe, trace)
+                        out.edits, out.encoder_nfe, seed, floor_nfe, trace, out.reference_nfe)
 
 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,

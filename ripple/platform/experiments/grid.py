@@ -28,7 +28,7 @@ import polars as pl
 
 from ...errors import RippleError, Terminated, signals_deferred, stop_on_sigterm
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
-from .metrics import CellSummary, baseline_ids, strict_text, summarize_cells
+from .metrics import CellSummary, baseline_ids, oracle_ids, strict_text, summarize_cells
 from .store import KEY, ResultStore, SampleRecord, StoreFull
 from .workers import WorkItem
 
@@ -305,8 +305,10 @@ def summarize(spec: GridSpec, items: list[WorkItem], frame: pl.DataFrame, only: 
     with `only`, just those cells (the others of `items` still serve as their baselines)."""
     rows = planned_rows(items, frame)
     cells = list(dict.fromkeys(it.cell for it in items)) or list(spec.cells)
-    bases = baseline_ids({c.cell_id: c for c in cells})
-    stats = summarize_cells(rows, {cid: b for cid, b in bases.items() if only is None or cid in only})
+    by_id = {c.cell_id: c for c in cells}
+    bases = baseline_ids(by_id)
+    stats = summarize_cells(rows, {cid: b for cid, b in bases.items() if only is None or cid in only},
+                            oracles=oracle_ids(by_id))
     return [CellSummary(c, stats[c.cell_id]) for c in spec.cells if c.cell_id in stats]
 
 

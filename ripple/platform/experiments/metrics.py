@@ -37,6 +37,7 @@ CONFIDENCE = 0.95
 RESAMPLES = 2000  # paired-bootstrap resamples per interval
 SEED = 0  # the bootstrap's seed: the same records always give the same intervals
 BASELINE_DECODER = "default"  # speedups and paired tests compare against this decoder's cell
+ORACLE_DECODER = "oracle"  # NFE / oracle compares against this decoder's cell (ripple/decoders/oracle.py)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class CellMetrics:
     p_value: float | None = None  # exact McNemar against the baseline
     mean_edits: float | None = None  # token edits per sample (token editing); None where no sample edited
     strict: float | None = None  # percent: mean score_strict (ParallelBench tasks); None for other tasks
+    # mean NFE over the oracle cell's on the samples both decoded (issue 51); None without an oracle cell
+    nfe_over_oracle: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """The numeric fields that are set, for MLflow and JSON."""
@@ -285,15 +288,37 @@ def baseline_ids(cells: Mapping[str, "Cell"]) -> dict[str, str | None]:
     return {cid: base.get(c.baseline_key()) for cid, c in cells.items()}
 
 
+def oracle_ids(cells: Mapping[str, "Cell"]) -> dict[str, str | None]:
+    """Each cell id's oracle cell: the `oracle` cell with the same `Cell.baseline_key()` (model, task and
+    decode settings), the one following `default` where there are several (else the lowest id); None
+    when there is none."""
+    best: dict[tuple, tuple[int, str]] = {}
+    for cid, c in sorted(cells.items()):
+        if c.decoder == ORACLE_DECODER:
+            rank = 0 if dict(c.params).get("follow", "default") == BASELINE_DECODER else 1
+            if c.baseline_key() not in best or rank < best[c.baseline_key()][0]:
+                best[c.baseline_key()] = (rank, cid)
+    return {cid: best[c.baseline_key()][1] if c.baseline_key() in best else None for cid, c in cells.items()}
+
+
+def nfe_over_oracle(rows: pl.DataFrame, oracle_rows: pl.DataFrame) -> float | None:
+    """A cell's mean NFE over its oracle cell's, on the samples both decoded without error (None: none)."""
+    key = ["task", "sample_id"] if "task" in rows.columns else ["sample_id"]
+    pair = _ok(rows).select(*key, "nfe").join(_ok(oracle_rows).select(*key, "nfe"), on=key, suffix="_oracle")
+    below = int(pair["nfe_oracle"].sum() or 0) if pair.height else 0
+    return int(pair["nfe"].sum()) / below if below else None
+
+
 def self_baseline(m: CellMetrics) -> CellMetrics:
     """The baseline compared with itself: speedups exactly 1, nothing to test."""
     return replace(m, shared=m.n, speedup=1.0 if m.tps else None, nfe_speedup=1.0 if m.mean_nfe else None)
 
 
-def summarize_cells(frame: pl.DataFrame, baselines: Mapping[str, str | None], seed: int = SEED
-                    ) -> dict[str, CellMetrics]:
+def summarize_cells(frame: pl.DataFrame, baselines: Mapping[str, str | None], seed: int = SEED,
+                    oracles: Mapping[str, str | None] | None = None) -> dict[str, CellMetrics]:
     """Metrics of every cell id in `baselines` that has records in `frame`; `baselines` maps a cell
-    id to its baseline cell's id (None: no comparison, e.g. the baseline itself)."""
+    id to its baseline cell's id (None: no comparison, e.g. the baseline itself), `oracles` to its
+    oracle cell's (`oracle_ids`; NFE / oracle)."""
     by_cell = {k[0]: g for k, g in frame.group_by("cell_id")} if frame.height else {}
     out = {}
     for cell_id, base_id in baselines.items():
@@ -305,6 +330,9 @@ def summarize_cells(frame: pl.DataFrame, baselines: Mapping[str, str | None], se
             continue
         base = by_cell.get(base_id) if base_id is not None else None
         out[cell_id] = cell_metrics(rows, base, seed)
+    for cell_id, oracle_id in (oracles or {}).items():
+        if cell_id in out and oracle_id in by_cell:
+            out[cell_id] = replace(out[cell_id], nfe_over_oracle=nfe_over_oracle(by_cell[cell_id], by_cell[oracle_id]))
     return out
 
 

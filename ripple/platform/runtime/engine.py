@@ -76,6 +76,10 @@ no block loop of this kind: `generate` refuses a decoder whose declared `noise` 
 model's, in one line naming what the model needs, and hands a uniform-noise model to the renoising
 loop (ripple/platform/runtime/renoising.py), which owns each sample's random generator.
 
+A decoder that declares `follows_reference` (the oracle) is run after the decoder it follows, on the
+same prompts and settings (reference.py): its block states carry that decoder's tokens, its NFE and
+clock count its own run only, and `SampleOutput.reference_nfe` the followed decoder's forwards.
+
 `trace` receives every decision as a JSON-able event; `observe` (diagnostics, e.g. the
 batch-equivalence check) also receives the tensors each decision reads, under the same
 (block, step, phase) key as its trace event.
@@ -92,6 +96,7 @@ from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Plan
 from ...errors import RippleError
 from .models.transformer import KVCache
 from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
+from .reference import Reference, follow
 from .renoising import RenoisingRun
 from .tracing import read_keys, token_probs
 
@@ -236,28 +241,40 @@ class Engine:
         """Decode each prompt. `seeds`: one per prompt (default 0), the seed of the sample's own random
         generator; only decoders that draw use it (renoising, a configuration whose `draws`), greedy ones
         ignore it."""
-        from ...decoders.registry import check_noise
-
-        check_noise(decoder, self.family, self.noise)
-        if config.cache not in decoder.supported_caches:
-            raise RippleError(
-                f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
-                f"supported: {', '.join(decoder.supported_caches)}"
-            )
+        self._admit(decoder, config)
         if self.noise == "uniform":  # renoising: whole canvases of block_length (ripple/platform/runtime/renoising.py)
             if decoder.max_canvas_forwards < 1:
                 raise RippleError(f"decoder {decoder.name!r} declares no bound on a canvas's forwards")
             seeds = [0] * len(prompts) if seeds is None else list(seeds)
             decoder.prepare(self._shape(config, [-(-config.gen_length // config.block_length)] * len(prompts)))
             return RenoisingRun(self, prompts, decoder, config, seeds, trace, observe).execute()
+        refs = follow(self, prompts, decoder, config, seeds) if decoder.follows_reference else None
+        run = self.start(prompts, decoder, config, trace, observe, seeds, refs)
+        outs = run.execute()
+        return outs if refs is None else [replace(o, reference_nfe=f.nfe) for o, f in zip(outs, refs)]
+
+    def start(self, prompts, decoder: Scheduler, config: GenerationConfig, trace, observe, seeds,
+              reference: Sequence[Reference] | None = None) -> "_Run":
+        """A mask-noise run, checked and prepared, before any forward (`reference`: the followed
+        decoder's tokens per prompt, for a decoder that follows a reference)."""
+        self._admit(decoder, config)
         if config.gen_length % config.block_length and not (self.block_causal or config.block_align == "absolute"):
             raise _indivisible(config.gen_length, config.block_length)
         if decoder.decides_first_position and (decoder.uses_lookahead or decoder.uses_shadow):
             raise RippleError(f"decoder {decoder.name!r} declares decides_first_position with block copies "
                               "(lookahead or shadow): the engine supports one or the other")
-        run = _Run(self, prompts, decoder, config, trace, observe, seeds)
+        run = _Run(self, prompts, decoder, config, trace, observe, seeds, reference)
         decoder.prepare(self._shape(config, run.n_blocks))
-        return run.execute()
+        return run
+
+    def _admit(self, decoder: Scheduler, config: GenerationConfig) -> None:
+        """Refuse, in one line, a decoder made for another kind of family or a cache it does not support."""
+        from ...decoders.registry import check_noise
+
+        check_noise(decoder, self.family, self.noise)
+        if config.cache not in decoder.supported_caches:
+            raise RippleError(f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
+                              f"supported: {', '.join(decoder.supported_caches)}")
 
     def _shape(self, config: GenerationConfig, n_blocks: Sequence[int]) -> RunShape:
         """What a decoder checks before the run (`Scheduler.prepare`)."""
@@ -373,8 +390,9 @@ class _Run:
     """State of one `generate` call: the canvas of a batch and per-row bookkeeping."""
 
     def __init__(self, engine: Engine, prompts, decoder: Scheduler, cfg: GenerationConfig, trace, observe=None,
-                 seeds: Sequence[int] | None = None):
+                 seeds: Sequence[int] | None = None, reference: Sequence[Reference] | None = None):
         self.e, self.decoder, self.cfg, self.trace, self.observe = engine, decoder, cfg, trace, observe
+        self.reference = reference  # per row, the followed decoder's tokens (reference.py); None: none followed
         if not prompts:
             raise RippleError("no prompts given")
         lens = [len(p) for p in prompts]
@@ -706,6 +724,8 @@ class _Run:
         st.fixed[max(0, self.ends[r] - bs):] = True  # past the row's end (a last block cut short)
         st.response_offset = bs - self.starts[r]
         st.prompt_length = self.lens[r]
+        if self.reference is not None:
+            st.reference = self.reference[r].block(st.response_offset, L, self.e.device)
         return st
 
     def _post_forward(self, r: int, post: dict, filling: bool, edited: list) -> bool:

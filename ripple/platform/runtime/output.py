@@ -17,6 +17,8 @@ class SampleOutput:
     gen_length: int  # response positions decoded (len(tokens))
     edits: int = 0  # tokens rewritten by token editing (decoders that declare `edits_tokens`)
     encoder_nfe: int = 0  # of `nfe`, encoder passes (a uniform-noise family: prompt and emitted canvases)
+    # forwards of the decoder a follower (the oracle) followed, never in `nfe`; None: no reference was run
+    reference_nfe: int | None = None
 
     @property
     def tps(self) -> float:

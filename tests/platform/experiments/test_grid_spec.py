@@ -20,8 +20,8 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 def test_every_shipped_spec_validates():
     assert shipped_specs() == ["demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "kv-cache",
-                              "length-robustness", "lines", "llada2", "llada2.1", "paper-table1", "parallelbench",
-                              "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
+                              "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines",
+                              "paper-table1", "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -40,13 +40,16 @@ def test_shipped_specs_have_the_issue_contents():
     assert editing == {("ripple-tiny-bd", t, *s) for t in ("arith", "pyfunc", "freefunc")
                        for s in ((0.7, 0.5, 16), (0.5, 0.0, 16))}
     assert len(demo.cells) == 3 * len(DEMO_DECODERS) * 2 + 6
-    field = load_spec("field")  # the six beside confidence and RPS, both embedded models, 200 problems per cell
-    assert sorted({c.decoder for c in field.cells}) == sorted(FIELD_DECODERS + ["confidence", "rps"])
+    field = load_spec("field")  # the six beside confidence, RPS and the oracle, both embedded models, 200 per cell
+    assert sorted({c.decoder for c in field.cells}) == sorted(FIELD_DECODERS + ["confidence", "rps", "oracle"])
     assert {(c.model, c.task) for c in field.cells} == {(m, t) for m in models for t in ("arith", "pyfunc", "freefunc")}
-    assert len(field.cells) == 48 and {c.limit for c in field.cells} == {200}  # each decoder at its defaults
+    assert len(field.cells) == 54 and {c.limit for c in field.cells} == {200}  # each decoder at its defaults
     ablation = load_spec("rps-ablation")
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
+    # the oracle follows default in the three grids it joined (issue 51)
+    for spec in (field, ablation, load_spec("lines")):
+        assert {dict(c.params)["follow"] for c in spec.cells if c.decoder == "oracle"} == {"default"}
     assert {(c.gen_length, c.block_length, c.limit) for c in demo.cells} == {(48, 16, 30)}
     lines = load_spec("lines")  # every decoder on the ten waiting-line operations, 200 problems, gen = block = 32
     ops = {c.task for c in lines.cells}

@@ -1,0 +1,104 @@
+"""NFE / oracle (issue 51): where a section holds an `oracle` cell, every decoder's row shows its mean NFE
+over the oracle's on the same samples, in the leaderboard (Markdown, CSV, the page in headless Chromium),
+the report and the metrics MLflow logs; sections without one show no such column."""
+import csv
+import random
+
+import polars as pl
+
+from ripple.dashboards.leaderboard import build_leaderboard
+from ripple.dashboards.report import build_report
+from ripple.platform.experiments.metrics import oracle_ids, summarize_cells
+from ripple.platform.experiments.spec import Cell
+from ripple.platform.experiments.store import ResultStore, to_frame
+from tests.dashboards import test_report as rep  # its SampleRecord maker
+from tests.dashboards.cdp import Browser
+
+# per decoder: NFE of samples s0..s3; the oracle has no s3 (so the ratio is over s0..s2 only)
+NFE = {"default": [48, 40, 32, 24], "confidence": [12, 10, 8, 6], "oracle": [6, 5, 4]}
+# sums over s0..s2: default 120, confidence 30, oracle 15 (the means over each cell's own samples would give 7.2x)
+RATIO = {"default": "8.00x", "confidence": "2.00x", "oracle": "1.00x"}
+
+
+def _store(root) -> ResultStore:
+    rng, store, recs = random.Random(3), ResultStore(root, rep.EXP), []
+    for decoder, nfes in NFE.items():
+        p = rep.params(decoder)
+        recs += [rep.record(f"{decoder}-arith", decoder, p, "arith", 48, f"s{i}", rng, nfe=n,
+                            reference_nfe=NFE["default"][i] if decoder == "oracle" else None)
+                 for i, n in enumerate(nfes)]
+    for decoder in ("default", "confidence"):  # pyfunc: no oracle cell
+        recs += [rep.record(f"{decoder}-pyfunc", decoder, rep.params(decoder), "pyfunc", 48, f"s{i}", rng)
+                 for i in range(2)]
+    store.append(recs)
+    return store
+
+
+def test_the_ratio_is_over_the_samples_both_cells_decoded(tmp_path):
+    records = _store(tmp_path).read()
+    firsts = records.unique(subset="cell_id", keep="first")
+    cells = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
+    oracles = oracle_ids(cells)
+    assert oracles["default-arith"] == "oracle-arith" and oracles["default-pyfunc"] is None
+    stats = summarize_cells(records, dict.fromkeys(cells), oracles=oracles)
+    assert stats["default-arith"].nfe_over_oracle == 8.0 and stats["confidence-arith"].nfe_over_oracle == 2.0
+    assert stats["default-pyfunc"].nfe_over_oracle is None
+    assert stats["confidence-arith"].metrics()["nfe_over_oracle"] == 2.0  # what MLflow and the grid JSON log
+
+
+def test_the_leaderboard_shows_nfe_over_oracle_in_the_oracle_section_and_renders_in_chromium(tmp_path):
+    _store(tmp_path / "store")
+    board = build_leaderboard(tmp_path / "store", tmp_path / "out")
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    sections = {part.splitlines()[0]: part for part in md.split("\n## ")[1:]}
+    arith, pyfunc = (next(v for k, v in sections.items() if k.endswith(f"task {t}")) for t in ("arith", "pyfunc"))
+    assert "NFE / oracle" in arith and "NFE / oracle" not in pyfunc
+    with (tmp_path / "out" / "leaderboard.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["task"] == "arith"]
+    assert {r["decoder"]: r["nfe_over_oracle"] for r in rows} == {"default": "8.0", "confidence": "2.0",
+                                                                 "oracle": "1.0"}
+    # the oracle reads the answer: the section's yardstick, never ranked (no AUP, off the Pareto front)
+    ranked = {r["decoder"]: (r["aup"], r["pareto"]) for r in rows}
+    assert ranked["oracle"] == ("", "False") and ranked["confidence"][0] != "" and ranked["confidence"][1] == "True"
+    browser = Browser(tmp_path / "chromium")
+    try:
+        browser.open(board.html.as_uri())
+        tables = browser.js("Array.from(document.querySelectorAll('table.sortable')).map(t => "
+                            "[Array.from(t.tHead.rows[0].cells).map(c => c.textContent), "
+                            "Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.textContent))])")
+        with_col = [(head, body) for head, body in tables if "NFE / oracle" in head]
+        assert len(with_col) == 1 and len(tables) == 2
+        head, body = with_col[0]
+        at = head.index("NFE / oracle")
+        assert {r[0]: r[at] for r in body} == RATIO
+        assert browser.errors == []
+    finally:
+        browser.close()
+
+
+def test_the_report_shows_nfe_over_oracle_where_a_context_holds_an_oracle_cell(tmp_path):
+    _store(tmp_path / "store")
+    report = build_report(tmp_path / "store", rep.EXP, tmp_path / "out", track=False)
+    main = next(t for t in report.tables if t.kind == "main")
+    at = main.header.index("arith NFE / oracle")
+    assert {r[0]: r[at] for r in main.rows} == RATIO
+    assert {r[0]: r[main.header.index("pyfunc NFE / oracle")] for r in main.rows} == {
+        "default": "-", "confidence": "-", "oracle": "-"}  # no oracle cell on pyfunc
+    assert "arith NFE / oracle" in (report.out_dir / "report.md").read_text()
+
+
+def test_a_store_written_before_reference_nfe_loads_and_reports(tmp_path):
+    store = ResultStore(tmp_path / "store", rep.EXP)
+    store.dir.mkdir(parents=True)
+    rng = random.Random(0)
+    old = [rep.record("default-arith", "default", rep.params("default"), "arith", 48, f"s{i}", rng) for i in range(3)]
+    to_frame(old).drop("reference_nfe").write_parquet(store.dir / "part-old-0000001.parquet")  # the schema before
+    frame = store.read()
+    assert "reference_nfe" in frame.columns and frame["reference_nfe"].null_count() == 3
+    build_leaderboard(tmp_path / "store", tmp_path / "board")
+    md = (tmp_path / "board" / "leaderboard.md").read_text()
+    assert "default" in md and "NFE / oracle" not in md
+    report = build_report(tmp_path / "store", rep.EXP, tmp_path / "report", track=False)
+    main = next(t for t in report.tables if t.kind == "main")
+    assert not any("oracle" in h for h in main.header) and main.rows[0][0] == "default"
+    assert pl.read_csv(tmp_path / "board" / "leaderboard.csv")["nfe_over_oracle"].null_count() == 1
