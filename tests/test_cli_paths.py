@@ -13,7 +13,7 @@ from ripple.cli import DIR, FILE, build_parser, main, path_options
 
 UNWRITABLE = "/proc/ripple-nowhere"  # procfs takes no new files, not even from root
 # options named like paths that are read, never written (checked by the code that reads them)
-INPUTS = {"--data-dir"}
+INPUTS = {"--data-dir", "--file"}  # read, not written: `ripple trace --file` reads a generate --trace file
 
 
 def _commands(parser: argparse.ArgumentParser, prefix: tuple = ()) -> list[tuple[tuple, argparse.ArgumentParser]]:
@@ -54,7 +54,9 @@ def test_the_parser_marks_every_output_path_option():
     for cmd, sub in _commands(PARSER):
         for a in sub._actions:
             flag = a.option_strings[-1] if a.option_strings else ""
-            if any(w in flag for w in ("out", "store", "trace", "file", "path", "dir")) and flag not in INPUTS:
+            takes_value = a.nargs != 0  # a switch (`ripple eval --traces`) names no path
+            if any(w in flag for w in ("out", "store", "trace", "file", "path", "dir")) and flag not in INPUTS \
+                    and takes_value:
                 assert a.metavar in (FILE, DIR), f"ripple {' '.join(cmd)} {flag} is not marked FILE or DIR"
 
 

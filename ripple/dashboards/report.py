@@ -258,7 +258,8 @@ def pareto_figure(rows: pl.DataFrame, title: str):
     for ax, col, senses, xlabel in ((fig.add_subplot(1, 2, 1), "tps", ACCURACY_TPS, "TPS (generated tokens / s)"),
                                     (fig.add_subplot(1, 2, 2), "mean_nfe", ACCURACY_NFE, "mean NFE (lower is better)")):
         xs = rows[col].to_list()
-        decoders = rows["decoder"].to_list()  # the oracle reads the answer: a star, never on the front
+        # the oracle reads the answer: a star, never on the front (a sweep's trial rows name no decoder)
+        decoders = rows["decoder"].to_list() if "decoder" in rows.columns else [None] * rows.height
         flags = front_flags([(a, x) if d != ORACLE_DECODER else (None, None) for a, x, d in zip(acc, xs, decoders)],
                             senses)
         pts = [(x, a, lab, f, b) for x, a, lab, f, b in zip(xs, acc, labels, flags, bounds)

@@ -16,7 +16,7 @@ import torch
 
 if TYPE_CHECKING:
     from ...decoders.base import Scheduler
-    from .engine import Engine, GenerationConfig
+# `Engine` and `GenerationConfig` (engine.py) are named, not imported: the engine imports this module
 
 
 @dataclass(frozen=True)
