@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import RippleError
-from ..platform.runtime.failures import Divergence, first_divergence, reference_tokens
+from ..platform.runtime.failures import Divergence, first_divergence
+from ..platform.runtime.reference import Reference
 from ..platform.runtime.tracing import Trace
 
 CONTEXT_TOKENS = 8  # prompt tokens shown before the response
@@ -138,7 +139,7 @@ def build_page(title: str, panels: Sequence[Panel], token_text: Callable[[int], 
     """The whole page: one grid per panel, each later panel's divergence from the first's final tokens."""
     if not panels:
         raise RippleError("a trace page needs at least one decoder")
-    ref = reference_tokens(panels[0].trace.decisions)
+    ref = Reference.from_trace(panels[0].trace.decisions)
     body = [panel_html(p, token_text, context, first_divergence(p.trace.decisions, ref) if i else None)
             for i, p in enumerate(panels)]
     e = html.escape
@@ -274,9 +275,10 @@ def file_page(path: str | Path, model: str | None = None) -> str:
     first = events[0].get("sample", 0)
     trace = Trace.from_events(ev for ev in events if ev.get("sample", 0) == first)
     text = token_texts(model)
-    tokens = [t for _, t in sorted(reference_tokens(trace.decisions).items())]
+    replay = Reference.from_trace(trace.decisions)
+    tokens = replay.written()
     final = "".join(text(t) for t in tokens) if model else " ".join(map(str, tokens))
-    nfe = max((d.forward for d in trace.decisions), default=0)
+    nfe = replay.nfe
     return build_page(f"{p.name}" + (f" · {model}" if model else ""), [Panel("decode", trace, final, None, nfe)], text)
 
 

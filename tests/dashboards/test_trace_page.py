@@ -14,7 +14,8 @@ from ripple.platform.experiments.grid import plan
 from ripple.platform.experiments.spec import load_spec
 from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.workers import SampleWorker
-from ripple.platform.runtime.failures import first_divergence, reference_tokens
+from ripple.platform.runtime.failures import first_divergence
+from ripple.platform.runtime.reference import Reference
 from ripple.platform.runtime.tracing import Trace
 from tests.dashboards.cdp import Browser
 
@@ -88,7 +89,7 @@ def test_a_stored_sample_under_two_decoders_renders_one_grid_each_with_the_diver
         trace = traces[f["decoder"]]
         assert sorted(f["cells"]) == _committed(trace)  # each token in the row of the forward that committed it
         assert f["rows"] == sorted({d.forward for d in trace.decisions if d.commits or d.edits or d.remasks})
-    div = first_divergence(traces["rps"].decisions, reference_tokens(traces["default"].decisions))
+    div = first_divergence(traces["rps"].decisions, Reference.from_trace(traces["default"].decisions))
     assert facts[0]["diverge"] == [] and facts[1]["diverge"] == [[div.forward, div.position]]
     assert shot.width >= max(f["width"] for f in facts) and shot.height >= sum(f["height"] for f in facts)
     assert len(shot.convert("RGB").getcolors(1 << 16) or range(1 << 16)) > 50  # drawn: text, shades and highlights, not a blank page

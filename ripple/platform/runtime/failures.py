@@ -1,13 +1,13 @@
 """Parallel failures: where a decoder's decode first left a reference's, and whether that decision
 came from a forward whose outputs committed several tokens at once.
 
-Pure functions over decode traces, self-contained (no store, no torch, nothing imported from Ripple)
-and in the runtime room, so reference machinery there (the oracle's reference run) can share them as
-the metrics module (`parallel_failures`: reports, leaderboard, MLflow) does. A trace is a sequence of
-decisions, each with `forward` (the sample's forward whose outputs it read), `commits` ((position, token, ...) tuples), `edits` ((position, old, new, ...)) and
-`remasks` (positions): ripple.platform.runtime.tracing.Decision has these.
+Pure functions over decode traces (no store, no torch), used by the metrics module
+(`parallel_failures`: reports, leaderboard, MLflow) and the trace page. A trace is a sequence of
+decisions, each with `forward` (the sample's forward whose outputs it read), `commits` ((position,
+token, ...) tuples), `edits` ((position, old, new, ...)) and `remasks` (positions):
+ripple.platform.runtime.tracing.Decision has these. The reference is the oracle's type
+(reference.py's `Reference`): a reference cell's trace replays to it with `Reference.from_trace`.
 
-- `reference_tokens(decisions)`: the tokens a reference decode leaves at each response position.
 - `first_divergence(decisions, reference)`: the first commit (or edit) of a token that differs from
   the reference's at its position, with the forward it was decided from: `parallel` when that
   forward's outputs committed two or more tokens (a lookahead's resolve and the step that uses its
@@ -18,20 +18,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-
-def reference_tokens(decisions: Iterable[Any]) -> dict[int, int]:
-    """Response position -> the token a decode leaves there (commits, then edits, less remasks)."""
-    tokens: dict[int, int] = {}
-    for d in decisions:
-        for c in d.commits:
-            tokens[c[0]] = c[1]
-        for e in d.edits:
-            tokens[e[0]] = e[2]
-        for p in d.remasks:
-            tokens.pop(p, None)
-    return tokens
+from .reference import Reference
 
 
 @dataclass(frozen=True)
@@ -56,7 +45,7 @@ class Divergence:
         return sum(t == self.token for _, t in self.forward_commits) >= 2
 
 
-def first_divergence(decisions: Sequence[Any], reference: Mapping[int, int]) -> Divergence | None:
+def first_divergence(decisions: Sequence[Any], reference: Reference) -> Divergence | None:
     """The first commit or edit of a token differing from `reference` at its position (positions the
     reference does not hold are skipped), or None when the decode never leaves the reference."""
     for i, d in enumerate(decisions):
@@ -97,7 +86,7 @@ def count_failures(samples: Iterable[tuple[str, bool, Sequence[Any], bool, Seque
         if ok or not ref_ok:
             continue
         kinds["wrong"] += 1
-        div = first_divergence(trace, reference_tokens(ref_trace))
+        div = first_divergence(trace, Reference.from_trace(ref_trace))
         rank = 2
         if div is not None and div.parallel:
             kinds["parallel"] += 1

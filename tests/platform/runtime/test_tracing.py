@@ -6,7 +6,8 @@ import torch
 
 from ripple.decoders import build
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from ripple.platform.runtime.failures import count_failures, first_divergence, reference_tokens
+from ripple.platform.runtime.failures import count_failures, first_divergence
+from ripple.platform.runtime.reference import Reference, follow
 from ripple.platform.runtime.tracing import Trace, TraceRecorder
 from ripple.testing import ScriptedModel, hashed_script, peaked, scripted_engine, spread, view
 
@@ -36,7 +37,7 @@ def test_a_trace_holds_each_forwards_commits_with_the_probability_its_outputs_ga
     got = [(d.forward, [(p, t, round(q, 3)) for p, t, q in d.commits]) for d in trace.decisions]
     # forward 1 (the block opening) gives positions 0 and 2 over tau; then one token per forward
     assert got == [(1, [(0, 10, 0.95), (2, 12, 0.95)]), (2, [(1, 11, 0.6)]), (3, [(3, 13, 0.6)])]
-    assert out.nfe == 3 and reference_tokens(trace.decisions) == dict(enumerate(out.tokens))
+    assert out.nfe == 3 and Reference.from_trace(trace.decisions).tokens == tuple(out.tokens)
     assert Trace.loads(trace.dumps()) == trace  # the stored form reads back
 
 
@@ -55,7 +56,7 @@ def test_edits_are_recorded_with_the_forward_and_probability_they_were_decided_f
     forward, ((pos, old, new, q),) = edits[0]
     assert (pos, old, new) == (0, 10, 14) and q == pytest.approx(0.9, abs=1e-6)
     assert forward == 3  # the first forward that saw position 1 decoded
-    assert out.tokens[0] == 14 and reference_tokens(trace.decisions) == dict(enumerate(out.tokens))
+    assert out.tokens[0] == 14 and Reference.from_trace(trace.decisions).tokens == tuple(out.tokens)
     assert max(d.forward for d in trace.decisions) == out.nfe
 
 
@@ -67,13 +68,30 @@ def test_every_decision_replays_to_the_output_remasks_included(decoder, settings
     prompts = ([5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19])
     outs = engine.generate(prompts, build(decoder, settings), GenerationConfig(16, 8), trace=rec)
     for out, trace in zip(outs, rec.traces()):
-        assert reference_tokens(trace.decisions) == dict(enumerate(out.tokens))
+        assert Reference.from_trace(trace.decisions).tokens == tuple(out.tokens)
         assert [d.forward for d in trace.decisions] == sorted(d.forward for d in trace.decisions)
         assert max(d.forward for d in trace.decisions) <= out.nfe
         assert all(0.0 <= q <= 1.0 for d in trace.decisions for _, _, q in d.commits)
         if decoder == "wino":
             assert sum(len(d.remasks) for d in trace.decisions) > 0  # remasks happened and were recorded
 
+
+
+@pytest.mark.parametrize("family,cache", [("full", "none"), ("full", "dual"), ("shifted", "prefix"),
+                                          ("block_causal", "prefix")])
+def test_a_trace_replays_to_the_reference_the_oracle_follows(family, cache):
+    """The oracle's reference run (read off the engine's canvas) and a traced decode of the decoder it
+    follows, replayed, are one `Reference`: the failure tables and the oracle measure against the same thing."""
+    engine, _ = scripted_engine(family, hashed_script(V, 2.0))
+    prompts = ([5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19])
+    config = GenerationConfig(16, 8, cache=cache)
+    for followed in ("default", "confidence"):
+        refs = follow(engine, prompts, build("oracle", {"follow": followed}), config, None)
+        rec = TraceRecorder(len(prompts))
+        outs = engine.generate(prompts, build(followed, {}), config, trace=rec)
+        assert [Reference.from_trace(t.decisions) for t in rec.traces()] == refs
+        assert [r.nfe for r in refs] == [o.nfe for o in outs]
+        assert all(len(r.tokens) >= 16 for r in refs)  # block-aligned families decode their last block in full
 
 # ---------------------------------------------------------------------------- parallel failures
 X, Y, B, Z = 10, 12, 11, 13
@@ -110,7 +128,7 @@ def classify(dup, decoder, settings, target=None):
 def test_a_first_wrong_commit_from_a_single_token_forward_is_not_parallel():
     out, trace, ref, n = classify(False, "topk", {"k": "1", "rank": "entropy"})  # position 1 before 2
     assert list(out.tokens) == [20, X, Z, 21]
-    div = first_divergence(trace.decisions, reference_tokens(ref.decisions))
+    div = first_divergence(trace.decisions, Reference.from_trace(ref.decisions))
     assert (div.position, div.token, div.reference, div.forward_commits) == (1, X, B, ((1, X),))
     assert (n.wrong, n.parallel, n.duplicate, n.examples) == (1, 0, 0, ("s",))
 
@@ -118,7 +136,7 @@ def test_a_first_wrong_commit_from_a_single_token_forward_is_not_parallel():
 def test_a_first_wrong_commit_from_a_forward_that_committed_several_is_parallel():
     out, trace, ref, n = classify(False, "topk", {"k": "2"})  # both names from one forward
     assert list(out.tokens) == [20, X, Y, 21]
-    div = first_divergence(trace.decisions, reference_tokens(ref.decisions))
+    div = first_divergence(trace.decisions, Reference.from_trace(ref.decisions))
     assert div.parallel and not div.duplicate and sorted(div.forward_commits) == [(1, X), (2, Y)]
     assert (n.wrong, n.parallel, n.duplicate) == (1, 1, 0)
 
