@@ -58,7 +58,8 @@ class GridRun:
     skipped: int  # already stored without error before this run
     computed: int  # records written by this run
     summaries: list[CellSummary] = field(default_factory=list)
-    workers: list[dict] = field(default_factory=list)
+    workers: list[dict] = field(default_factory=list)  # every worker started, over all pools
+    pools: list[int] = field(default_factory=list)  # workers per pool: one pool per (model, dtype), in turn
     seconds: float = 0.0  # the whole invocation
     startup_seconds: float = 0.0  # Ray start (or connect) and worker model loads
     stream_seconds: float = 0.0  # from workers ready to the last record stored
@@ -406,6 +407,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
                 count, cpus, gpus = pool_shape(spec.workers, workers, len(batches(group, spec.batch_size)))
                 pool = WorkerPool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[model])
                 run.workers += pool.infos
+                run.pools.append(len(pool.infos))
                 t1 = time.perf_counter()
                 run.startup_seconds += t1 - t0
                 if bar is None:  # after the first workers are up, so a start-up error stays one line
@@ -447,6 +449,16 @@ STRICT_NOTE = ("strict % is ParallelBench's score_strict: the same rule on a str
                "(- for a task without it).")
 
 
+def workers_text(run: GridRun) -> str:
+    """How many workers decoded and on what. Pools run one (model, dtype) at a time, so with several the
+    count that says how wide the grid ran is a pool's, not the sum over pools."""
+    hardware = ', '.join(sorted({w['hardware'] for w in run.workers}))
+    if len(run.pools) > 1:
+        return (f"{max(run.pools)} worker(s) at a time, one pool per model in turn ({len(run.pools)} pools) "
+                f"on {hardware}")
+    return f"{len(run.workers)} worker(s) on {hardware}"
+
+
 def format_table(run: GridRun) -> str:
     """The comparison table: one row per cell; settings shared by every cell go to the header line; a strict
     column where a task has ParallelBench's strict figure, as eval, the leaderboard and MLflow show it."""
@@ -464,7 +476,7 @@ def format_table(run: GridRun) -> str:
     head = (f"grid {run.store.experiment}: {', '.join(f'{c} {value(first, c)}' for c in settings if c not in varying)}"
             f"; {limits} samples per cell; {run.computed} computed, {run.skipped} already stored")
     if run.workers:
-        head += f"; {len(run.workers)} worker(s) on {', '.join(sorted({w['hardware'] for w in run.workers}))}"
+        head += f"; {workers_text(run)}"
     sizes = sorted({s.batch_size for s in sums})
     batched = sizes[-1] > 1
     if batched:  # throughput mode: TPS and speedup stay batch-1 figures (records decoded alone)

@@ -1,8 +1,9 @@
 """`ripple grid`'s printed table from known records (no grid run): a strict column where a task reports
-ParallelBench's strict figure (`lines/<op>`), `-` for a task without one, none when no task has one."""
+ParallelBench's strict figure (`lines/<op>`), `-` for a task without one, none when no task has one; the
+header's worker count."""
 import random
 
-from ripple.platform.experiments.grid import STRICT_NOTE, GridRun, format_table
+from ripple.platform.experiments.grid import STRICT_NOTE, GridRun, format_table, workers_text
 from ripple.platform.experiments.metrics import CellSummary, baseline_ids, summarize_cells
 from ripple.platform.experiments.spec import Cell
 from ripple.platform.experiments.store import ResultStore
@@ -48,3 +49,14 @@ def test_no_strict_column_without_a_strict_figure(tmp_path):
     run = _run(tmp_path, [("default", "arith", [(True, None), (False, None)])])
     table = format_table(run)
     assert "strict %" not in table and STRICT_NOTE not in table
+
+
+def test_the_header_counts_the_workers_of_a_pool_when_pools_run_in_turn(tmp_path):
+    """One pool per (model, dtype), one after another: two models on one worker each ran one wide, not two."""
+    run = _run(tmp_path, [("default", "lines/copy", [(True, 1.0)])])
+    infos = [{"hardware": "AMD EPYC (1 threads)", "model": m} for m in ("ripple-tiny", "ripple-tiny-bd")]
+    run.workers, run.pools = infos, [1, 1]
+    assert workers_text(run) == "1 worker(s) at a time, one pool per model in turn (2 pools) on AMD EPYC (1 threads)"
+    assert "; 1 worker(s) at a time, one pool per model in turn (2 pools) on AMD EPYC" in format_table(run)
+    run.workers, run.pools = infos * 2, [4]  # one pool of four
+    assert workers_text(run) == "4 worker(s) on AMD EPYC (1 threads)"
