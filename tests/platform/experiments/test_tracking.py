@@ -136,3 +136,15 @@ def test_runs_left_running_by_a_stopped_grid_are_closed(tmp_path):
     other = client.create_run(tracker.experiment_id).info.run_id  # not a cell's run (e.g. a report run)
     tracker.end_unfinished("KILLED")
     assert [client.get_run(r).info.status for r in (cell, done, other)] == ["KILLED", "FINISHED", "RUNNING"]
+
+
+def test_nfe_over_oracle_reaches_mlflow_for_every_cell_beside_an_oracle_cell(tmp_path):
+    """The oracle's cell is the yardstick: each cell's run gets its mean NFE over the oracle's (issue 51)."""
+    spec = _spec(["default", "confidence", "oracle"])
+    store, items = _store(tmp_path, spec, {"default": 48, "confidence": 24, "oracle": 12})
+    sums = summarize(spec, items, store.read())
+    tracker = Tracker.open("t", tmp_path)
+    tracker.log_cells(sums, store.read(), spec.path)
+    runs = MlflowClient(tracking_uri=tracking_uri(tmp_path)).search_runs([tracker.experiment_id])
+    ratios = {r.data.params["decoder"]: r.data.metrics.get("nfe_over_oracle") for r in runs}
+    assert ratios == {"default": pytest.approx(4.0), "confidence": pytest.approx(2.0), "oracle": pytest.approx(1.0)}
