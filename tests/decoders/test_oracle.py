@@ -123,3 +123,17 @@ def test_the_oracle_on_a_uniform_noise_family_is_one_line_and_exit_2(golden, cap
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "decoder 'oracle' decodes mask-noise families" in err and "(renoise)" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("family", ["full", "shifted", "block_causal"])
+def test_following_sequential_writes_sequentials_tokens_in_at_most_its_forwards(family):
+    """`follow=sequential` (the issue names it beside default and confidence): the oracle writes what
+    sequential writes, which is not default's here, and needs no more forwards than its one per forward."""
+    engine, _ = scripted_engine(family, hashed_script(V, 2.0))
+    prompts, cfg = [list(p) for p in SCRIPTED_PROMPTS], GenerationConfig(16, 8, cache="prefix")
+    seq = engine.generate(prompts, build("sequential"), cfg)
+    outs = engine.generate(prompts, build("oracle", {"follow": "sequential"}), cfg)
+    assert [o.tokens for o in outs] == [s.tokens for s in seq]
+    assert [o.tokens for o in seq] != [d.tokens for d in engine.generate(prompts, build("default"), cfg)]
+    assert [o.reference_nfe for o in outs] == [s.nfe for s in seq]
+    assert all(o.nfe <= s.nfe for o, s in zip(outs, seq)) and sum(o.nfe for o in outs) < sum(s.nfe for s in seq)
