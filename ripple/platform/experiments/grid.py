@@ -58,11 +58,15 @@ class GridRun:
     skipped: int  # already stored without error before this run
     computed: int  # records written by this run
     summaries: list[CellSummary] = field(default_factory=list)
-    workers: list[dict] = field(default_factory=list)  # every worker started, over all pools
-    pools: list[int] = field(default_factory=list)  # workers per pool: one pool per (model, dtype), in turn
+    pools: list[list[dict]] = field(default_factory=list)  # each pool's worker infos: one per (model, dtype), in turn
     seconds: float = 0.0  # the whole invocation
     startup_seconds: float = 0.0  # Ray start (or connect) and worker model loads
     stream_seconds: float = 0.0  # from workers ready to the last record stored
+
+    @property
+    def workers(self) -> list[dict]:
+        """Every worker started, over all pools."""
+        return [w for pool in self.pools for w in pool]
 
     def table(self) -> pl.DataFrame:
         """One row per cell, in spec order: its id, settings (params as JSON) and numbers (as the grid's
@@ -406,8 +410,7 @@ def _execute(run: GridRun, items: list[WorkItem], todo: list[WorkItem], tracker,
                 t0 = time.perf_counter()
                 count, cpus, gpus = pool_shape(spec.workers, workers, len(batches(group, spec.batch_size)))
                 pool = WorkerPool(model, dtype, spec.data_dir, spec.workers, count, cpus, gpus, digests[model])
-                run.workers += pool.infos
-                run.pools.append(len(pool.infos))
+                run.pools.append(pool.infos)
                 t1 = time.perf_counter()
                 run.startup_seconds += t1 - t0
                 if bar is None:  # after the first workers are up, so a start-up error stays one line
@@ -454,7 +457,7 @@ def workers_text(run: GridRun) -> str:
     count that says how wide the grid ran is a pool's, not the sum over pools."""
     hardware = ', '.join(sorted({w['hardware'] for w in run.workers}))
     if len(run.pools) > 1:
-        return (f"{max(run.pools)} worker(s) at a time, one pool per model in turn ({len(run.pools)} pools) "
+        return (f"{max(map(len, run.pools))} worker(s) at a time, one pool per model in turn ({len(run.pools)} pools) "
                 f"on {hardware}")
     return f"{len(run.workers)} worker(s) on {hardware}"
 

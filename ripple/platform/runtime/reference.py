@@ -13,17 +13,17 @@ Both read the reference the same way: the token a decode left at each response p
 replayed from its trace and the same decode read off the engine's canvas give equal References
 (tests/platform/runtime/test_tracing.py checks it).
 
-Torch is imported where a block is made only, so the failure tables (reports, `ripple trace`) load
-without it.
+Torch is the lazy stand-in (ripple/lazy.py): the failure tables (reports, `ripple trace`) import this
+module without importing torch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-if TYPE_CHECKING:
-    import torch
+from ...lazy import torch
 
+if TYPE_CHECKING:
     from ...decoders.base import Scheduler
 # `Engine` and `GenerationConfig` (engine.py) are named, not imported: the engine imports this module
 
@@ -66,11 +66,9 @@ class Reference:
         """The tokens it left, in position order (positions it holds none at skipped)."""
         return [t for t in self.tokens if t != NONE]
 
-    def block(self, offset: int, length: int, device: "torch.device | str" = "cpu") -> "torch.Tensor":
+    def block(self, offset: int, length: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """Reference tokens [length] at response positions offset .. offset + length - 1; NONE where the
         reference has none (a block's prompt tail, past its end)."""
-        import torch
-
         out = torch.full((length,), NONE, dtype=torch.long)
         lo, hi = max(0, offset), min(len(self.tokens), offset + length)
         if lo < hi:

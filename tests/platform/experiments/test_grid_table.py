@@ -55,8 +55,8 @@ def test_the_header_counts_the_workers_of_a_pool_when_pools_run_in_turn(tmp_path
     """One pool per (model, dtype), one after another: two models on one worker each ran one wide, not two."""
     run = _run(tmp_path, [("default", "lines/copy", [(True, 1.0)])])
     infos = [{"hardware": "AMD EPYC (1 threads)", "model": m} for m in ("ripple-tiny", "ripple-tiny-bd")]
-    run.workers, run.pools = infos, [1, 1]
+    run.pools = [[infos[0]], [infos[1]]]
     assert workers_text(run) == "1 worker(s) at a time, one pool per model in turn (2 pools) on AMD EPYC (1 threads)"
     assert "; 1 worker(s) at a time, one pool per model in turn (2 pools) on AMD EPYC" in format_table(run)
-    run.workers, run.pools = infos * 2, [4]  # one pool of four
+    run.pools = [infos * 2]  # one pool of four
     assert workers_text(run) == "4 worker(s) on AMD EPYC (1 threads)"

@@ -76,7 +76,6 @@ def test_every_decision_replays_to_the_output_remasks_included(decoder, settings
             assert sum(len(d.remasks) for d in trace.decisions) > 0  # remasks happened and were recorded
 
 
-
 @pytest.mark.parametrize("family,cache", [("full", "none"), ("full", "dual"), ("shifted", "prefix"),
                                           ("block_causal", "prefix")])
 def test_a_trace_replays_to_the_reference_the_oracle_follows(family, cache):
@@ -92,6 +91,7 @@ def test_a_trace_replays_to_the_reference_the_oracle_follows(family, cache):
         assert [Reference.from_trace(t.decisions) for t in rec.traces()] == refs
         assert [r.nfe for r in refs] == [o.nfe for o in outs]
         assert all(len(r.tokens) >= 16 for r in refs)  # block-aligned families decode their last block in full
+
 
 # ---------------------------------------------------------------------------- parallel failures
 X, Y, B, Z = 10, 12, 11, 13
