@@ -863,7 +863,7 @@ class _Run:
         elif lim >= 0:  # a cut canvas: nothing after its end exists
             end = min(win.extent, lim)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
-            kv = kv.truncate(end) if kv is not None and kv.length > end else kv
+            kv = kv.truncate(end) if kv is not None else None
         Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
         n_out = min(n, min(win.extent, win.w1) - win.lo + self.back)  # block rows computed
         variants, m = None, 0
@@ -901,9 +901,7 @@ class _Run:
                                return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
         if refresh:
             out, fresh = out
-            for lk, fk in ((master.keys, fresh.keys), (master.values, fresh.values)):
-                for old, new in zip(lk, fk):
-                    old[at, :, win.lo:win.hi] = new[:, :, win.lo:win.hi]
+            master.overwrite(at, fresh, win.lo, win.hi)
         self._count(group, lookahead=looks)
         for i, r in enumerate(group):
             st, plan, o = states[r], plans.get(r), out[i]
