@@ -160,7 +160,8 @@ class FilterCard:
         """The card of `to_json` (unknown keys are refused: a card of another format is not guessed at)."""
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != CARD_FORMAT:
-            raise ValueError(f"not a {CARD_FORMAT} card (its \"format\" is {data.get('format') if isinstance(data, dict) else None!r})")
+            found = data.get("format") if isinstance(data, dict) else None
+            raise ValueError(f"not a {CARD_FORMAT} card (its format is {found!r})")
         data = {k: v for k, v in data.items() if k != "format"}
         known = {f.name for f in dataclasses.fields(cls)}
         extra = sorted(set(data) - known)
@@ -315,7 +316,8 @@ def check_filter(loaded: LoadedFilter, block_length: int, weights_sha256: str | 
     if card.model_sha256 and weights_sha256:
         n = min(len(card.model_sha256), len(weights_sha256))
         if card.model_sha256[:n].lower() != weights_sha256[:n].lower():
-            raise RippleError(f"filter {loaded.path!r} was trained on another model ({card.model or 'unnamed'}, weights "
+            named = card.model or "unnamed"
+            raise RippleError(f"filter {loaded.path!r} was trained on another model ({named}, weights "
                               f"{card.model_sha256[:12]}); this run's weights are {weights_sha256[:12]}: train one "
                               f"for this model with `ripple learn`")
 

@@ -51,13 +51,15 @@ DATA = {"pc_sampler": {"prior": str(PRIOR)}}
 
 def _filters() -> dict[int, str]:
     """Learn2PD filters (the golden files' architecture, seeded weights) for the block lengths used here:
-    4 on the scripted model, 8 on the golden checkpoints, 16 on ripple-tiny-bd; no model named, so every model accepts them."""
+    4 on the scripted model, 8 on the golden checkpoints, 16 on ripple-tiny-bd; no model named, so every model
+    accepts them."""
     from ripple.decoders.filters import FilterCard, build_filter, save_filter
 
     out = {}
     for b in (4, 8, 16):
         torch.manual_seed(b)
-        save_filter(PRIOR.parent / f"filter-b{b}", build_filter("learn2pd", b), FilterCard("learn2pd", b, ("confidence",)))
+        card = FilterCard("learn2pd", b, ("confidence",))
+        save_filter(PRIOR.parent / f"filter-b{b}", build_filter("learn2pd", b), card)
         out[b] = str(PRIOR.parent / f"filter-b{b}")
     return out
 

@@ -50,7 +50,8 @@ def cases(golden):
 def _settings(case, golden) -> tuple[dict, str]:
     """A case's method as learn2pd's hyperparameters and cache."""
     method = case["method"]
-    filt = "none" if method in ("original", "eot") else str(golden / "learn2pd" / f"filter_block{case['block_length']}.safetensors")
+    trained = golden / "learn2pd" / f"filter_block{case['block_length']}.safetensors"
+    filt = "none" if method in ("original", "eot") else str(trained)
     settings = {"filter": filt, "eot": "true" if "eot" in method else "false", "steps": str(case["steps"])}
     if case["threshold"] is not None:
         settings["threshold"] = str(case["threshold"])
@@ -110,7 +111,8 @@ def test_runs_with_error_reproduce_every_forward_before_it_and_end_complete(tiny
     for case in (c for c in cases if c["error"]):
         stop = case["error"]["after_forward"]  # the forward whose filter call raised
         out, forwards = _run(tiny, case, golden)
-        same = forwards[:stop] == _golden_forwards(case, stop) and forwards[stop]["input"] == case["forwards"][stop]["input"]
+        same = (forwards[:stop] == _golden_forwards(case, stop)
+                and forwards[stop]["input"] == case["forwards"][stop]["input"])
         kept = all(t == MASK or t == o for t, o in zip(case["response"], out.tokens))
         complete = MASK not in out.tokens and 0 < len(out.tokens) <= case["response_length"]
         if not (same and kept and complete and out.nfe > stop):
@@ -149,7 +151,8 @@ def test_golden_filters_load_as_learn2pd_filters_of_their_block_length(golden):
             k: tuple(v) for k, v in card["architecture"]["state_dict"].items()}
         x = torch.rand(3, b)
         sd = f.module.state_dict()
-        manual = torch.relu(x @ sd["linear1.weight"].T + sd["linear1.bias"]) @ sd["linear2.weight"].T + sd["linear2.bias"]
+        hidden = torch.relu(x @ sd["linear1.weight"].T + sd["linear1.bias"])  # [3, 2B]
+        manual = hidden @ sd["linear2.weight"].T + sd["linear2.bias"]  # [3, B]
         assert torch.equal(f.module(x), manual)
 
 
@@ -241,7 +244,8 @@ def test_the_filters_sha256_is_part_of_the_cell_id(tmp_path):
 
     def cell(**params):
         return Cell(model="ripple-tiny", task="arith", decoder="learn2pd", limit=2, gen_length=48, block_length=16,
-                    cache="none", seed=0, dtype="float32", chat=False, split="test", stop_at_eos=False, params=tuple(sorted({"eot": "false", "filter": "", "steps": 0, "threshold": 0.96, **params}.items())))
+                    cache="none", seed=0, dtype="float32", chat=False, split="test", stop_at_eos=False,
+                    params=tuple(sorted({"eot": "false", "filter": "", "steps": 0, "threshold": 0.96, **params}.items())))
 
     torch.manual_seed(4)
     save_filter(tmp_path / "f", build_filter("learn2pd", 16), FilterCard("learn2pd", 16, ("confidence",)))
