@@ -100,6 +100,10 @@ def test_runs_without_error_reproduce_response_nfe_and_every_forward(tiny, cases
         out, forwards = _run(tiny, case, golden)
         if (list(out.tokens), out.nfe, forwards) != (case["response"], case["nfe"], _golden_forwards(case, None)):
             failed.append(case["case"])
+        # a cut response is shorter than gen_length: its positions and generated tokens count what is left
+        eos = next((i for i, t in enumerate(out.tokens) if t in tiny.eos_ids), len(out.tokens))
+        assert (out.gen_length, out.generated_tokens) == (len(out.tokens), eos), case["case"]
+    assert any(len(c["response"]) < c["gen_length"] for c in cases if not c["error"])  # cut runs among them
     assert failed == [], failed
 
 
