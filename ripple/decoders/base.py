@@ -310,6 +310,9 @@ class Scheduler(ABC):
     cuts_canvas: ClassVar[bool] = False
     # `prepare` reads `RunShape.weights` (the engine digests the model's weights once for it)
     checks_weights: ClassVar[bool] = False
+    # decides with a model trained on this model's decoding (a learned filter for one block length): it runs
+    # only where such a file exists, so a grid's `decoders: all` leaves it out (name it, with its file)
+    learned: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
     # the kind of family this decoder decodes (ripple/platform/runtime/models/family.py NOISES): "mask"

@@ -110,6 +110,7 @@ class Learn2PD(Scheduler):
     Params = Learn2PDParams
     cuts_canvas = True
     checks_weights = True
+    learned = True
     response_steps_params = ("steps",)
 
     @property

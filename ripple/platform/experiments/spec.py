@@ -587,15 +587,17 @@ class SpecParser:
         override `params` for the tasks they name (the KLASS release tunes per task). `decoders: all`
         is every registered decoder of mask families at its defaults, in display order; so is an entry
         `all` in a list (then further entries add settings). Renoising decoders (uniform-noise
-        families such as DiffusionGemma) are named, never implied by `all`. A spec built in Python may
+        families such as DiffusionGemma) are named, never implied by `all`, and so are learned decoders
+        (`Scheduler.learned`: they need a filter for the model and block length). A spec built in Python may
         also name a decoder by a Scheduler subclass or instance of the caller's own (its params are
         an instance's own, under the entry's `params`)."""
-        from ...decoders import Scheduler, decoders_for
+        from ...decoders import Scheduler, decoders_for, get
 
+        every = [n for n in decoders_for("mask") if not get(n).learned]
         if value == "all":
-            value = decoders_for("mask")
+            value = every
         entries = [e for entry in self.as_list(value, "decoders")
-                   for e in (decoders_for("mask") if entry == "all" else [entry])]
+                   for e in (every if entry == "all" else [entry])]
         out = []
         for entry in entries:
             if isinstance(entry, (str, Scheduler)) or (isinstance(entry, type) and issubclass(entry, Scheduler)):
