@@ -172,7 +172,7 @@ class Learn2PD(Scheduler):
             feats[0, :inside] = p[:inside].float().cpu()
             sig = torch.sigmoid(self._filter.module(feats))[0, :L].to(masked.device)  # [L] float32
             accepted = (sig > self.params.threshold) & masked
-        floor = self._floor(state, p, masked, k, inside, cached)
+        floor = self._floor(state, p, masked, k, inside)
         chosen = accepted | floor
         if not bool(chosen.any()):
             if not bool(masked.any()):
@@ -190,8 +190,7 @@ class Learn2PD(Scheduler):
             return Plan(Commit(pos, tokens), truncate=cut, info=info)
         return Plan(Commit(pos, tokens), info=info)
 
-    def _floor(self, state: BlockState, p: torch.Tensor, masked: torch.Tensor, k: int, inside: int,
-               cached: bool) -> torch.Tensor:
+    def _floor(self, state: BlockState, p: torch.Tensor, masked: torch.Tensor, k: int, inside: int) -> torch.Tensor:
         """The top-k floor [L] bool, from torch.topk over the reference's vector: p at the block's masked
         positions, -inf elsewhere, as long as the forward's input (ties depend on it below 64 entries)."""
         L = masked.shape[0]
