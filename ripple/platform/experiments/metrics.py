@@ -24,6 +24,7 @@ Statistics come from scipy.stats, not hand-written formulas.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -307,6 +308,11 @@ def nfe_over_oracle(rows: pl.DataFrame, oracle_rows: pl.DataFrame) -> float | No
     pair = _ok(rows).select(*key, "nfe").join(_ok(oracle_rows).select(*key, "nfe"), on=key, suffix="_oracle")
     below = int(pair["nfe_oracle"].sum() or 0) if pair.height else 0
     return int(pair["nfe"].sum()) / below if below else None
+
+
+def ratio_text(v: float | None) -> str:
+    """NFE / oracle as every table prints it: `1.35x` (`-` without an oracle cell of the same samples)."""
+    return "-" if v is None or math.isnan(v) else f"{v:.2f}x"
 
 
 def self_baseline(m: CellMetrics) -> CellMetrics:
