@@ -342,3 +342,33 @@ def test_carry_is_a_flag_and_new_at_its_default():
     with pytest.raises(RippleError, match="carry='yes' is invalid; accepted: true or false"):
         rps(carry="yes")
     assert build("rps", {}).Params.id_neutral()["carry"] is True
+
+
+
+def test_a_plugin_may_declare_a_flag_but_not_a_bare_bool():
+    """`flag()` is the fourth field kind a decoder's Params may use (registry.check_decoder_class); its
+    accepted values are listed as the others' ranges are."""
+    from dataclasses import dataclass, fields
+
+    from ripple.decoders.confidence import Confidence
+    from ripple.decoders.params import HyperParams, flag, range_text
+    from ripple.decoders.registry import check_decoder_class
+
+    @dataclass(frozen=True)
+    class Flagged(HyperParams):
+        on: bool = flag(False, doc="a switch")
+
+    @dataclass(frozen=True)
+    class Bare(HyperParams):
+        on: bool = True
+
+    def decoder(params):
+        return type("Plugged", (Confidence,), {"name": "plugged", "Params": params})
+
+    check_decoder_class("plugged", decoder(Flagged))
+    assert Flagged.from_strings("plugged", {"on": "true"}).on is True and Flagged().on is False
+    assert range_text(fields(Flagged)[0].metadata, bool) == "true or false"
+    with pytest.raises(RippleError, match="on=1 is invalid; accepted: true or false"):
+        Flagged(on=1)
+    with pytest.raises(TypeError, match="not declared with hp\\(\\), choice\\(\\), flag\\(\\) or text\\(\\)"):
+        check_decoder_class("plugged", decoder(Bare))
