@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.metrics import ORACLE_DECODER
+from ..platform.experiments.metrics import ORACLE_DECODER, ratio_text as fmt_ratio  # noqa: F401 (leaderboard's too)
 from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
@@ -79,7 +79,7 @@ def _decoder_order() -> list[str]:
 class Table:
     """A rendered table: formatted cells, so Markdown, HTML and tests read the same strings."""
 
-    kind: str  # main | length | sensitivity | cells
+    kind: str  # main | closest | length | sensitivity | cells
     title: str
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -99,11 +99,6 @@ def fmt_acc(c: dict[str, Any]) -> str:
 
 def fmt_nfe(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.2f}"
-
-
-def fmt_ratio(v: float | None) -> str:
-    """NFE / oracle: `1.35x` (`-` without an oracle cell of the same samples)."""
-    return "-" if v is None or math.isnan(v) else f"{v:.2f}x"
 
 
 def fmt_tps(v: float | None) -> str:
@@ -172,6 +167,44 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
         desc = _describe(key, vary)
         out.append((key, desc, Table("main", f"Decoders x tasks ({desc})", tuple(header), tuple(body))))
     return out
+
+
+CLOSEST_POINTS = 1.0  # "within 1 point of default's accuracy": at least default's accuracy minus this
+CLOSEST_RATIO = 1.5  # "near the oracle": at most this many times its forwards (issue 57's bar)
+
+
+def closest_to_oracle(cells: pl.DataFrame) -> Table | None:
+    """Per model, task and decode settings holding both a `default` and an `oracle` cell: default's
+    accuracy, the oracle's mean NFE, and the decoder with the fewest forwards among those whose accuracy
+    is at least default's minus one point (default and the oracle themselves left out), with its NFE /
+    oracle and whether that is within 1.5x; "none" where no decoder keeps the accuracy. How much of the
+    room the model leaves (the oracle's forwards) a deployable decoder takes today."""
+    from ..platform.experiments.metrics import BASELINE_DECODER
+
+    vary = _varying(cells, CONTEXT)
+    body = []
+    for key, rows in _groups(cells, BASELINE):
+        default, oracle = (rows.filter(pl.col("decoder") == d) for d in (BASELINE_DECODER, ORACLE_DECODER))
+        if default.height == 0 or oracle.height == 0:
+            continue
+        base, ref = default.row(0, named=True), oracle.row(0, named=True)
+        keep = rows.filter(~pl.col("decoder").is_in([BASELINE_DECODER, ORACLE_DECODER])
+                           & (pl.col("accuracy") >= base["accuracy"] - CLOSEST_POINTS) & pl.col("mean_nfe").is_not_nan())
+        best = keep.sort("mean_nfe", "label").row(0, named=True) if keep.height else None
+        ratio = best["nfe_over_oracle"] if best else None
+        near = "-" if ratio is None or math.isnan(ratio) else ("yes" if ratio <= CLOSEST_RATIO else "no")
+        context = _describe({k: v for k, v in key.items() if k in CONTEXT}, vary)
+        body.append((context, key["task"], fmt_acc({**base, "p_value": None}), fmt_nfe(ref["mean_nfe"]),
+                     best["label"] if best else "none", fmt_acc(best) if best else "-",
+                     fmt_nfe(best["mean_nfe"]) if best else "-", fmt_ratio(ratio) if best else "-", near))
+    if not body:
+        return None
+    header = ("setting", "task", "default acc %", "oracle NFE", "fewest forwards within 1 point", "its acc %",
+              "its NFE", "NFE / oracle", "within 1.5x")
+    note = (f"Among the decoders whose accuracy is at least default's minus {CLOSEST_POINTS:g} point (default and the "
+            "oracle left out), the one with the fewest mean forwards; none: no decoder keeps default's accuracy. "
+            f"within 1.5x: its NFE / oracle is at most {CLOSEST_RATIO:g}.")
+    return Table("closest", "Closest to the oracle", header, tuple(body), note=note)
 
 
 def length_tables(cells: pl.DataFrame) -> list[Table]:
@@ -538,6 +571,11 @@ def _compose(experiment: str, store_dir: Path, records: pl.DataFrame, cells: pl.
         blocks += [("h2", table.title), ("table", table)] + [("img", f.name, f.stem) for f in paretos]
         blocks += [("p", f"Pareto plots: {INTERVAL_CAPTION}")] + ([("img", bar.name, bar.stem)] if bar else [])
 
+    closest = closest_to_oracle(cells)
+    if closest is not None:
+        blocks += [("h2", closest.title), ("table", closest)]  # the note prints under it
+        tables.append(closest)
+
     failures = failure_tables(records, cells, folder)
     if failures:
         blocks += [("h2", "Parallel failures"), ("p", FAILURES_TEXT)]
@@ -581,7 +619,9 @@ FAILURES_TEXT = (
     "differing from the reference's final token at that position. parallel % = that commit was decided from a "
     "forward whose outputs committed two or more tokens (a lookahead's resolve and the step using its carried "
     "distributions count as one forward); duplicate % = that forward committed the wrong token at two or more "
-    "positions. Trace pages: the sample under `default` and the decoder (`ripple trace`), parallel failures first.")
+    "positions; twice % = the decode ended with that wrong token at two or more positions, "
+    "more than the reference's answer has it at, whichever forwards wrote them. Trace pages: the sample under `default` and the decoder (`ripple trace`), "
+    "parallel failures first.")
 
 
 def failure_tables(records: pl.DataFrame, cells: pl.DataFrame, folder: Path, pages: int = 5,
@@ -616,12 +656,13 @@ def failure_tables(records: pl.DataFrame, cells: pl.DataFrame, folder: Path, pag
                 write_page(page, folder / name)
                 links.append(f"[{i}]({name})")
             pct = lambda v: "-" if v is None else f"{100 * v:.1f}"  # noqa: E731
-            body.append((c["label"], str(n.wrong), pct(n.parallel_share), pct(n.duplicate_share), " ".join(links)))
+            body.append((c["label"], str(n.wrong), pct(n.parallel_share), pct(n.duplicate_share), pct(n.twice_share),
+                         " ".join(links)))
         if body:
             vary = _varying(cells, BASELINE)
             title = f"Parallel failures, {key['task']}: {_describe(key, vary | {'model'})}"
             tables.append(Table("failures", title, ("decoder", "wrong where default is right", "parallel %",
-                                                    "duplicate %", "trace pages"), tuple(body)))
+                                                    "duplicate %", "twice %", "trace pages"), tuple(body)))
     return tables
 
 

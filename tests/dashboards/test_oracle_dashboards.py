@@ -102,3 +102,28 @@ def test_a_store_written_before_reference_nfe_loads_and_reports(tmp_path):
     main = next(t for t in report.tables if t.kind == "main")
     assert not any("oracle" in h for h in main.header) and main.rows[0][0] == "default"
     assert pl.read_csv(tmp_path / "board" / "leaderboard.csv")["nfe_over_oracle"].null_count() == 1
+
+
+def test_the_report_names_the_fewest_forwards_within_one_point_of_default(tmp_path):
+    """Closest to the oracle (issue 59): per model and task, default's accuracy, the oracle's NFE and the decoder
+    with the fewest forwards among those at most 1 point below default, with its NFE / oracle and whether it is
+    within 1.5x; "none" where every other decoder loses more. Accuracies are set through `correct`."""
+    rng, store, recs = random.Random(5), ResultStore(tmp_path / "store", rep.EXP), []
+    plan = {  # task -> decoder -> (correct out of 10, NFE of every sample)
+        "arith": {"default": (9, 40), "oracle": (9, 4), "confidence": (8, 5), "rps": (9, 7), "eb_sampler": (9, 6)},
+        "pyfunc": {"default": (10, 48), "oracle": (10, 3), "confidence": (8, 3)}}
+    for task, decoders in plan.items():
+        for decoder, (right, nfe) in decoders.items():
+            recs += [rep.record(f"{decoder}-{task}", decoder, rep.params(decoder), task, 48, f"s{i}", rng, nfe=nfe,
+                                correct=i < right) for i in range(10)]
+    store.append(recs)
+    report = build_report(tmp_path / "store", rep.EXP, tmp_path / "out", track=False)
+    table = next(t for t in report.tables if t.kind == "closest")
+    rows = {r[1]: r for r in table.rows}
+    col = {name: i for i, name in enumerate(table.header)}
+    # arith: confidence is 10 points below (out); eb_sampler (6 forwards) beats rps (7) at default's accuracy
+    assert rows["arith"][col["fewest forwards within 1 point"]] == "eb_sampler"
+    assert rows["arith"][col["oracle NFE"]] == "4.00" and rows["arith"][col["NFE / oracle"]] == "1.50x"
+    assert rows["arith"][col["within 1.5x"]] == "yes" and rows["arith"][col["default acc %"]].startswith("90.0 ±")
+    assert rows["pyfunc"][col["fewest forwards within 1 point"]] == "none" and rows["pyfunc"][col["within 1.5x"]] == "-"
+    assert "## Closest to the oracle" in (report.out_dir / "report.md").read_text()

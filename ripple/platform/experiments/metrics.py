@@ -24,6 +24,7 @@ Statistics come from scipy.stats, not hand-written formulas.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -309,6 +310,11 @@ def nfe_over_oracle(rows: pl.DataFrame, oracle_rows: pl.DataFrame) -> float | No
     return int(pair["nfe"].sum()) / below if below else None
 
 
+def ratio_text(v: float | None) -> str:
+    """NFE / oracle as every table prints it: `1.35x` (`-` without an oracle cell of the same samples)."""
+    return "-" if v is None or math.isnan(v) else f"{v:.2f}x"
+
+
 def self_baseline(m: CellMetrics) -> CellMetrics:
     """The baseline compared with itself: speedups exactly 1, nothing to test."""
     return replace(m, shared=m.n, speedup=1.0 if m.tps else None, nfe_speedup=1.0 if m.mean_nfe else None)
@@ -366,7 +372,8 @@ def failure_metrics(count) -> dict[str, float]:
     """A `FailureCount` as MLflow metrics (shares in percent, as accuracy is)."""
     out = {"parallel_failures_wrong": float(count.wrong)}
     if count.wrong:
-        out.update(parallel_failure_share=100.0 * count.parallel_share, duplicate_share=100.0 * count.duplicate_share)
+        out.update(parallel_failure_share=100.0 * count.parallel_share, duplicate_share=100.0 * count.duplicate_share,
+                   twice_share=100.0 * count.twice_share)
     return out
 
 

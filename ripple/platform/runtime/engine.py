@@ -34,6 +34,10 @@ Base queries never see a segment and segments never see each other. Keys outside
 recomputed window come from the block-opening cache for all of them, so the rules hold
 unchanged under every cache policy. Decoders that declare nothing pay nothing: their
 forwards compute exactly the block's rows.
+After a packed lookahead the decoder's `resolve` hands the next step the rows it picks (a variant's
+or the anchor's: no forward between), or none (`Resolution.logits` None, RPS's `carry=false`): the
+row then gets a normal forward over the canvas with the resolve's commit written, one for every
+such row of the step, before its next step, and the resolve's trace event names that forward.
 
 Block-diffusion families (LLaDA2: the model declares `block_causal`) change the layout,
 not the decoders: blocks are aligned to absolute position 0, so each row's left padding is a
@@ -722,8 +726,11 @@ class _Run:
                 if go_on:  # no forward once the block is complete
                     groups.setdefault(kind, []).append(r)
                     stepping.append(r)
+            fresh = []  # rows whose resolve carried nothing: a normal forward gives their next step its rows
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
-                self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
+                fresh += self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
+            if fresh:
+                self._normal(fresh, states, kv, rows, win, blk)
             live = stepping
         for r in rows:  # `dual`: a cut's columns stayed readable in the opening's cache until the block's end
             if r in self.pad_at_block_end:
@@ -842,13 +849,18 @@ class _Run:
             self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
             if still:
                 group.append(r)
-        for lim in sorted({self._limit(r) for r in group}):  # rows grouped by their canvas end, as steps are
-            self._forward([r for r in group if self._limit(r) == lim], (False, False, -1, (0, 0), lim), states, {},
-                          kv, rows, win, blk)
+        self._normal(group, states, kv, rows, win, blk)
 
-    def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv, rows,
-                 win: _Window, blk: int):
-        """One forward for `group`'s rows: the window plus the segments their plans declared."""
+    def _normal(self, group: list[int], states, kv, rows, win: _Window, blk: int) -> None:
+        """Normal forwards for `group`'s rows, one per canvas end (`Plan.truncate`), as steps group them."""
+        for lim in sorted({self._limit(r) for r in group}):
+            self._forward([r for r in group if self._limit(r) == lim], NORMAL[:4] + (lim,), states, {}, kv, rows,
+                          win, blk)
+
+    def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int], int], states, plans, kv, rows,
+                 win: _Window, blk: int) -> list[int]:
+        """One forward for `group`'s rows: the window plus the segments their plans declared. Returns the
+        rows whose resolve carried no distributions and that step again: they need a normal forward."""
         e, L, s = self.e, self.cfg.block_length, self.head  # s: block positions committed at the opening
         looks, shadow, cut, sub, lim = kind
         pick = self._rows(group)
@@ -856,7 +868,8 @@ class _Run:
         if kv is not None and len(group) != len(rows):
             kv = kv.select(at)
         if sub != (0, 0):
-            return self._forward_sub(group, sub, states, kv, win)
+            self._forward_sub(group, sub, states, kv, win)
+            return []
         # `dual` with sub-blocks: a forward over the whole block refreshes the block's cached keys
         # (and under `dual` for a decoder that cuts the canvas: after a cut the block's forwards read the block
         # positions past it from the cache, as the last forward over the whole block left them)
@@ -913,6 +926,7 @@ class _Run:
             out, fresh = out
             master.overwrite(at, fresh, win.lo, win.hi)
         self._count(group, lookahead=looks)
+        fresh = []
         for i, r in enumerate(group):
             st, plan, o = states[r], plans.get(r), out[i]
             head = st.logits[:s]  # [s, V] positions committed at the opening keep that forward's rows
@@ -933,10 +947,17 @@ class _Run:
                 self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
             res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
             self._apply(r, st, res.commit, None, None)
-            st.logits = res.logits
-            self._emit(r, blk, st, res.commit, res.info, None, phase="resolve", read=(anchor, var))
+            # nothing carried: the anchor's rows stand until the normal forward the next step reads
+            st.logits = anchor if res.logits is None else res.logits
             if self._stops_early():
                 self._early_stop(r, res.commit, win.hi)
+            # the row steps again while its block holds masks (an editing row also on a full block)
+            refresh = res.logits is None and (self.editing or bool(st.block_masked.any()))
+            if refresh:
+                fresh.append(r)
+            self._emit(r, blk, st, res.commit, res.info, _forward_label(NORMAL) if refresh else None,
+                       phase="resolve", read=(anchor, var))
+        return fresh
 
     def _forward_sub(self, group: list[int], sub: tuple[int, int], states, kv: KVCache, win: _Window) -> None:
         """`dual` with sub-blocks: recompute block offsets [a, b) alone against the cached keys of the
@@ -1078,6 +1099,10 @@ def _with_prefill(rows, opened, pre, logits, kv, n_rows: int, be: int):
                         [grow(p, n) for p, n in zip(pre_kv.values, fresh.values)])
 
 
-def _forward_label(kind: tuple[bool, bool, int, tuple[int, int]]) -> str:
+# a forward's kind: no variants, no shadow, the whole canvas, the whole block, a canvas never cut
+NORMAL = (False, False, -1, (0, 0), -1)
+
+
+def _forward_label(kind: tuple[bool, bool, int, tuple[int, int], int]) -> str:
     looks, shadow = kind[:2]
     return ("lookahead+shadow" if shadow else "lookahead") if looks else ("shadow" if shadow else "normal")

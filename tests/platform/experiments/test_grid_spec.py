@@ -19,9 +19,10 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "kv-cache",
+    assert shipped_specs() == ["demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "field-lines", "kv-cache",
                               "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines",
-                              "paper-table1", "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
+                              "paper-table1", "parallelbench", "rps-ablation", "rps-carry", "rps-carry-lines",
+                              "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -32,23 +33,58 @@ def test_shipped_specs_have_the_issue_contents():
     demo = load_spec("demo")
     models = {"ripple-tiny", "ripple-tiny-bd"}
     assert {c.model for c in demo.cells} == models and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
-    for model in models:  # the paper's decoders and sequential on both embedded models
-        assert sorted({c.decoder for c in demo.cells if c.model == model}) == sorted(DEMO_DECODERS)
+    for model in models:  # the paper's decoders and sequential on both embedded models, beside the oracle
+        assert sorted({c.decoder for c in demo.cells if c.model == model}) == sorted(DEMO_DECODERS + ["oracle"])
     # plus LLaDA2.1's Quality and Speedy editing on ripple-tiny-bd
     editing = {(c.model, c.task, dict(c.params)["tau"], dict(c.params)["edit_tau"], dict(c.params)["max_post_steps"])
                for c in demo.cells if c.decoder == "confidence" and dict(c.params)["edit_tau"] < 1}
     assert editing == {("ripple-tiny-bd", t, *s) for t in ("arith", "pyfunc", "freefunc")
                        for s in ((0.7, 0.5, 16), (0.5, 0.0, 16))}
-    assert len(demo.cells) == 3 * len(DEMO_DECODERS) * 2 + 6
-    field = load_spec("field")  # the six beside confidence, RPS and the oracle, both embedded models, 200 per cell
-    assert sorted({c.decoder for c in field.cells}) == sorted(FIELD_DECODERS + ["confidence", "rps", "oracle"])
+    assert len(demo.cells) == 3 * (len(DEMO_DECODERS) + 1) * 2 + 6
+    field = load_spec("field")  # every mask decoder beside the oracle, both embedded models, 200 per cell (issue 59)
+    assert set(FIELD_DECODERS + DEMO_DECODERS + ["topk", "oracle"]) <= {c.decoder for c in field.cells}
+    assert {c.decoder for c in field.cells} == set(decoders_for("mask"))
     assert {(c.model, c.task) for c in field.cells} == {(m, t) for m in models for t in ("arith", "pyfunc", "freefunc")}
-    assert len(field.cells) == 54 and {c.limit for c in field.cells} == {200}  # each decoder at its defaults
+    assert len(field.cells) == 6 * len(decoders_for("mask")) and {c.limit for c in field.cells} == {200}
+    defaults = {c.decoder: c.params for c in field.cells}  # each decoder at its defaults (the oracle follows default)
+    assert all(dict(p) == get(d).Params().to_dict() for d, p in defaults.items())
+    field_lines = load_spec("field-lines")  # the same decoders on ripple-tiny-lines' ten operations
+    assert {c.decoder for c in field_lines.cells} == set(decoders_for("mask"))
+    assert {c.model for c in field_lines.cells} == {"ripple-tiny-lines"} and len({c.task for c in field_lines.cells}) == 10
+    assert {(c.gen_length, c.block_length, c.limit) for c in field_lines.cells} == {(32, 32, 200)}
+    assert all(dict(p) == get(d).Params().to_dict() for d, p in ((c.decoder, c.params) for c in field_lines.cells))
     ablation = load_spec("rps-ablation")
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
+    # ... each with the carried step on (Algorithm 1) and off (issue 59)
+    rps = [(dict(c.params)["pivot"], dict(c.params)["lambda"], dict(c.params)["carry"], c.task)
+           for c in ablation.cells if c.decoder == "rps"]
+    assert sorted(rps) == sorted((p, lam, carry, t) for p in ("truncated_entropy", "max_entropy", "max_confidence")
+                                 for lam in (0.0, 0.2) for carry in (True, False) for t in ("freefunc", "arith"))
+    # the carry grids: default, rps with carry on and off, the oracle following default; 200 problems, traces
+    carry_specs = {"rps-carry": ("ripple-tiny", {"arith", "pyfunc", "freefunc"}, 48, 16),
+                   "rps-carry-lines": ("ripple-tiny-lines", {f"lines/{op}" for op in (
+                       "insert_random", "remove_random", "replace_random", "shuffle")}, 32, 32)}
+    for name, (model, tasks, gen, block) in carry_specs.items():
+        spec = load_spec(name)
+        assert {c.model for c in spec.cells} == {model} and {c.task for c in spec.cells} == tasks
+        assert {(c.gen_length, c.block_length, c.limit, c.cache) for c in spec.cells} == {(gen, block, 200, "none")}
+        assert spec.traces and spec.batch_size == 8 and spec.workers.cpus == 1
+        for task in tasks:
+            labels = sorted(c.label() for c in spec.cells if c.task == task)
+            assert labels == ["default", "oracle", "rps", "rps(carry=False)"], (name, task)
+        assert {dict(c.params)["follow"] for c in spec.cells if c.decoder == "oracle"} == {"default"}
+        assert len({c.cell_id for c in spec.cells}) == len(spec.cells)  # carry off is a cell of its own
+    # the lines ones are the operations with free choices: a floor above one forward
+    from ripple.tasks import get_task
+
+    for op in {f"lines/{o}" for o in ("copy", "insert_index", "insert_random", "remove_index", "remove_random",
+                                       "replace_index", "replace_random", "reverse", "shuffle", "sort")}:
+        task = get_task(op)
+        floors = {task.floor_nfe(e) for e in task.examples("test", limit=20)}
+        assert (min(floors) > 1) == (op in carry_specs["rps-carry-lines"][1]), (op, floors)
     # the oracle follows default in the three grids it joined (issue 51)
-    for spec in (field, ablation, load_spec("lines")):
+    for spec in (field, field_lines, ablation, load_spec("lines"), demo, load_spec("demo-lines")):
         assert {dict(c.params)["follow"] for c in spec.cells if c.decoder == "oracle"} == {"default"}
     assert {(c.gen_length, c.block_length, c.limit) for c in demo.cells} == {(48, 16, 30)}
     lines = load_spec("lines")  # every decoder on the ten waiting-line operations, 200 problems, gen = block = 32
@@ -66,7 +102,7 @@ def test_shipped_specs_have_the_issue_contents():
     assert {dict(c.params)["tau"] for c in lines.cells if c.decoder == "rps"} == {0.9, 0.7, 0.5}
     demo_lines = load_spec("demo-lines")
     assert {c.task for c in demo_lines.cells} == {"lines/copy", "lines/insert_random", "lines/shuffle"}
-    assert sorted({c.label() for c in demo_lines.cells}) == ["confidence", "default", "rps", "topk(k=4)"]
+    assert sorted({c.label() for c in demo_lines.cells}) == ["confidence", "default", "oracle", "rps", "topk(k=4)"]
 
     table = load_spec("paper-table1")
     assert sorted({c.model for c in table.cells}) == sorted(PAPER_MODELS)
@@ -177,6 +213,8 @@ BAD = [
      "decoder 'klass': 'task_params.arith' takes a mapping of hyperparameters, got 0.6"),
     ("unknown choice", GOOD.replace("[default]", "[{name: eb_sampler, params: {order: entropie}}]"),
      "eb_sampler hyperparameter order='entropie' is invalid; accepted: one of entropy, confidence"),
+    ("flag not true or false", GOOD.replace("[default]", "[{name: rps, params: {carry: [true, maybe]}}]"),
+     "rps hyperparameter carry='maybe' is invalid; accepted: true or false"),
     ("option a task does not take", GOOD.replace("tasks: [arith]", "tasks: {arith: {limit: 5, timeout_s: 10}}"),
      "unknown key 'timeout_s' in task 'arith'; accepted: limit"),
     ("sandbox option typo", GOOD.replace("tasks: [arith]", "tasks: {humaneval: {timeout: 10}}"),
@@ -211,7 +249,7 @@ def test_malformed_spec_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, 
 def test_missing_and_unreadable_spec_files(tmp_path, capsys):
     assert main(["grid", str(tmp_path / "nope.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, demo-lines, diffusion-gemma, fast-dllm-v2, field, kv-cache" in err
+    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, demo-lines, diffusion-gemma, fast-dllm-v2, field, field-lines, kv-cache" in err
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     assert main(["grid", str(tmp_path / "binary.yaml")]) == 2
     err = capsys.readouterr().err

@@ -1,10 +1,10 @@
 """`ripple grid`'s printed table from known records (no grid run): a strict column where a task reports
 ParallelBench's strict figure (`lines/<op>`), `-` for a task without one, none when no task has one; the
-header's worker count."""
+header's worker count; NFE / oracle beside a grid's oracle cell."""
 import random
 
-from ripple.platform.experiments.grid import STRICT_NOTE, GridRun, format_table, workers_text
-from ripple.platform.experiments.metrics import CellSummary, baseline_ids, summarize_cells
+from ripple.platform.experiments.grid import ORACLE_NOTE, STRICT_NOTE, GridRun, format_table, workers_text
+from ripple.platform.experiments.metrics import CellSummary, baseline_ids, oracle_ids, summarize_cells
 from ripple.platform.experiments.spec import Cell
 from ripple.platform.experiments.store import ResultStore
 from tests.dashboards import test_report as rep  # its SampleRecord maker
@@ -60,3 +60,29 @@ def test_the_header_counts_the_workers_of_a_pool_when_pools_run_in_turn(tmp_path
     assert "; 1 worker(s) at a time, one pool per model in turn (2 pools) on AMD EPYC" in format_table(run)
     run.pools = [infos * 2]  # one pool of four
     assert workers_text(run) == "4 worker(s) on AMD EPYC (1 threads)"
+
+
+def test_the_grid_table_prints_nfe_over_oracle_where_the_grid_holds_an_oracle(tmp_path):
+    """Beside mean NFE, each row's mean NFE over the oracle cell's on the same samples (the oracle's own: 1.00x);
+    no column in a grid without an oracle cell."""
+    store = ResultStore(tmp_path, "demo")
+    rng = random.Random(0)
+    nfes = {"default": [48, 48], "confidence": [6, 9], "oracle": [4, 5]}
+    for decoder, per_sample in nfes.items():
+        store.append([rep.record(f"{decoder}-arith", decoder, rep.params(decoder), "arith", 48, f"s{i}", rng,
+                                 experiment="demo", nfe=nfe, correct=True) for i, nfe in enumerate(per_sample)])
+    records = store.read()
+    firsts = records.unique(subset="cell_id", keep="first", maintain_order=True)
+    by_id = {r["cell_id"]: Cell.from_record(r) for r in firsts.iter_rows(named=True)}
+    stats = summarize_cells(records, baseline_ids(by_id), oracles=oracle_ids(by_id))
+    run = GridRun(None, store, "r", records.height, 0, records.height, [CellSummary(by_id[c], stats[c]) for c in by_id])
+    lines = format_table(run).splitlines()
+    head = [c.strip() for c in lines[1].strip("|").split("|")]
+    col = head.index("NFE / oracle")
+    assert head[col - 1] == "mean NFE"
+    rows = {line.strip("|").split("|")[1].strip(): line.strip("|").split("|")[col].strip()
+            for line in lines[3:] if line.startswith("|")}
+    assert rows == {"default": f"{96 / 9:.2f}x", "confidence": f"{15 / 9:.2f}x", "oracle": "1.00x"}
+    assert ORACLE_NOTE in lines
+    without = _run(tmp_path / "plain", [("default", "arith", [(True, None), (False, None)])])
+    assert "NFE / oracle" not in format_table(without) and ORACLE_NOTE not in format_table(without)
