@@ -244,18 +244,9 @@ def label(model: str, task: str, out: str | os.PathLike, *, split: str = "train"
 
 
 def weights_sha256(model: str) -> str | None:
-    """The sha256 over a local model's weight files in name order (the file's own sha256 for one file:
-    what Learn2PD's cards name the model by); None for a hub id."""
-    import hashlib
-
-    from ..runtime.loading import EMBEDDED, resolve_model_dir, weight_files
+    """The full sha256 of a local model's weights (`loading.weights_sha256`); None for a hub id."""
+    from ..runtime.loading import EMBEDDED, resolve_model_dir
+    from ..runtime.loading import weights_sha256 as digest
 
     path = resolve_model_dir(model) if model in EMBEDDED else Path(model).expanduser()
-    if not path.is_dir():
-        return None
-    h = hashlib.sha256()
-    for f in sorted(weight_files(path)):
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
+    return digest(path) if path.is_dir() else None

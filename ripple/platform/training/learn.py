@@ -321,7 +321,7 @@ def train_filter(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str
     blocks = sum(1 for s in records.steps if s == 1)  # the notebook's "average steps" divides by these
     metrics = {
         "split": {"train": len(split.train), "val": len(split.val), "test": len(split.test)},
-        "positive_fraction": float(records.labels.mean()),
+        "positive_fraction": float(records.labels.mean(dtype="float64")),
         "average_steps_as_printed_by_the_notebook": records.n / blocks if blocks else None,
         "final_train_loss": _finite(last[1]), "final_val_loss": _finite(last[2]),
         "final_val_false_positive_at_0.9": _finite(last[3]),

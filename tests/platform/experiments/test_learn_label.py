@@ -71,6 +71,7 @@ def test_the_labelling_run_writes_generate_datas_records(setting, reference, wor
         assert fills_seen > 0  # the stalled-block rule is exercised (train prompt 0 fills a block)
 
 
+@pytest.mark.slow  # Ray and a worker pool per run
 def test_label_writes_the_records_as_parquet_and_resumes(tmp_path, reference, ray_local):
     out = tmp_path / "labels.parquet"
     store = tmp_path / "store"
@@ -130,6 +131,7 @@ def test_label_refuses_an_out_path_in_a_missing_folder(tmp_path):
     assert proc.returncode == 2 and "--out" in proc.stderr and "does not exist" in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_python_api_labels_as_the_command_does(tmp_path, reference, ray_local):
     import ripple
 
