@@ -233,18 +233,18 @@ def label(model: str, task: str, out: str | os.PathLike, *, split: str = "train"
         raise RippleError(f"{len(failed) + len(missing)} of {len(items)} samples were not labelled (first: {first}); "
                           f"nothing written to {out}; re-run the same command to retry them")
     records = [r for it in items for r in trace_records(it.example.id, by_id[it.example.id]["trace"])]
-    cell = spec.cells[0]
-    first = by_id[items[0].example.id]
-    meta = {"model": model, "weights": first["weights"], "weights_sha256": weights_sha256(model), "task": task,
+    digest = by_id[items[0].example.id]["weights"]  # the workers' 12-digit weights digest
+    meta = {"model": model, "weights": digest, "weights_sha256": weights_sha256(model) or digest, "task": task,
             "split": split, "prompts": len(items), "records": len(records), "gen_length": gen_length,
-            "block_length": block_length, "steps": steps or gen_length, "dtype": dtype, "cell_id": cell.cell_id,
-            "experiment": experiment}
+            "block_length": block_length, "steps": steps or gen_length, "dtype": dtype,
+            "cell_id": spec.cells[0].cell_id, "experiment": experiment}
     write_records(records, Path(out), meta)
     return Labelling(Path(out), len(records), len(items), run.computed, meta)
 
 
 def weights_sha256(model: str) -> str | None:
-    """The full sha256 of a local model's weights (`loading.weights_sha256`); None for a hub id."""
+    """The full sha256 of a local model's weights (`loading.weights_sha256`); None for a hub id (whose
+    weights only the workers hold: their 12-digit digest stands in)."""
     from ..runtime.loading import EMBEDDED, resolve_model_dir
     from ..runtime.loading import weights_sha256 as digest
 

@@ -27,8 +27,11 @@ from typing import Any, Callable
 from ...decoders.filters import FilterCard, build_filter, file_sha256, get_architecture, save_filter
 from ...errors import RippleError
 
-COLUMNS = ("sample_id", "block", "step", "confidence", "is_correct")  # what `ripple learn label` writes
-META_KEY = b"ripple.learn"  # its Parquet key-value metadata (ripple/platform/experiments/labels.py)
+# the labelling file's columns and metadata key as ripple/platform/experiments/labels.py writes them (named
+# again here: experiments and training are peers, neither imports the other; the tests write with one, read
+# with the other)
+COLUMNS = ("sample_id", "block", "step", "confidence", "is_correct")
+META_KEY = b"ripple.learn"
 THRESHOLD = 0.9  # the notebook's threshold for its false-positive and test figures
 CURVE_EVERY = 500  # the card's curve: every this many epochs, and the last (the notebook prints the same)
 
