@@ -172,6 +172,8 @@ def _check_plan(dec: Scheduler, plan) -> None:
             raise RippleError(f"decoder {dec.name!r} planned a shortened canvas but does not declare shortens_canvas")
         if plan.variants is not None or plan.shadow:
             raise RippleError(f"decoder {dec.name!r} planned a shortened canvas with extra segments")
+    if plan.truncate is not None and not dec.cuts_canvas:
+        raise RippleError(f"decoder {dec.name!r} cut the canvas but does not declare cuts_canvas")
 
 
 def _indivisible(gen_length: int, block_length: int) -> RippleError:
@@ -227,6 +229,9 @@ class Engine:
         self.max_positions = max_positions
         self.device = torch.device(device)
         self.model_dir = model_dir  # where decoders find data shipped with the model (RunShape)
+        # the weights digest (loading.weights_digest) for decoders that declare `checks_weights`: whoever
+        # took it sets it (a grid worker); otherwise it is taken from model_dir on first need
+        self.weights: str | None = None
 
     @classmethod
     def from_loaded(cls, lm) -> "Engine":
@@ -246,7 +251,8 @@ class Engine:
             if decoder.max_canvas_forwards < 1:
                 raise RippleError(f"decoder {decoder.name!r} declares no bound on a canvas's forwards")
             seeds = [0] * len(prompts) if seeds is None else list(seeds)
-            decoder.prepare(self._shape(config, [-(-config.gen_length // config.block_length)] * len(prompts)))
+            decoder.prepare(self._shape(config, [-(-config.gen_length // config.block_length)] * len(prompts),
+                                        decoder))
             return RenoisingRun(self, prompts, decoder, config, seeds, trace, observe).execute()
         refs = follow(self, prompts, decoder, config, seeds) if decoder.follows_reference else None
         run = self.start(prompts, decoder, config, trace, observe, seeds, refs)
@@ -263,8 +269,11 @@ class Engine:
         if decoder.decides_first_position and (decoder.uses_lookahead or decoder.uses_shadow):
             raise RippleError(f"decoder {decoder.name!r} declares decides_first_position with block copies "
                               "(lookahead or shadow): the engine supports one or the other")
+        if decoder.needs_rows_beyond_block and decoder.rows_to_end:
+            raise RippleError(f"decoder {decoder.name!r} asks for the next block's rows and the rows to the canvas "
+                              "end: the engine supports one or the other")
         run = _Run(self, prompts, decoder, config, trace, observe, seeds, reference)
-        decoder.prepare(self._shape(config, run.n_blocks))
+        decoder.prepare(self._shape(config, run.n_blocks, decoder))
         return run
 
     def _admit(self, decoder: Scheduler, config: GenerationConfig) -> None:
@@ -276,10 +285,20 @@ class Engine:
             raise RippleError(f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                               f"supported: {', '.join(decoder.supported_caches)}")
 
-    def _shape(self, config: GenerationConfig, n_blocks: Sequence[int]) -> RunShape:
+    def _shape(self, config: GenerationConfig, n_blocks: Sequence[int], decoder: Scheduler | None = None) -> RunShape:
         """What a decoder checks before the run (`Scheduler.prepare`)."""
+        weights = self.weights
+        if weights is None and decoder is not None and decoder.checks_weights and self.model_dir:
+            from .loading import weights_digest  # once per engine: it reads every weight byte
+            from pathlib import Path
+
+            try:
+                weights = self.weights = weights_digest(Path(self.model_dir))
+            except RippleError:
+                weights = None  # a model built in memory (no weight files): nothing to compare with
         return RunShape(config.gen_length, config.block_length, tuple(n_blocks),
-                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift)
+                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift,
+                        config.cache, self.eos_ids, weights)
 
     def commits_at_opening(self, decoder: Scheduler, cache: str) -> bool:
         """Whether a block opening commits the block's first position (module docstring): on a family that
@@ -465,6 +484,9 @@ class _Run:
         self.back = engine.shift - self.head
         self._finished = None  # block diffusion: (KV cache of the last opening, its rows' batch indices)
         self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
+        # canvas column where row r's canvas now ends (a decoder that `cuts_canvas`); None: not cut
+        self.limit: list[int | None] = [None] * B
+        self.pad_at_block_end: dict[int, int] = {}  # `dual`: cut columns hidden from the next opening on
         # a family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule)
         self.stop_mid = cfg.stop_at_eos and engine.eos_stops_mid_block
         # a family that prefills the prompt's whole blocks does so under a cache (module docstring)
@@ -474,6 +496,11 @@ class _Run:
         # docstring); `snap[r]`: row r's block keys come from a forward its decisions read
         self.sub_dual = cfg.cache == "dual" and cfg.sub_block < cfg.block_length
         self.snap: dict[int, bool] = {}
+
+    @property
+    def to_end(self) -> bool:
+        """Forwards also compute the rows after the block (`BlockState.rest`): read after `prepare`."""
+        return self.decoder.rows_to_end
 
     # one forward of `kind` over `rows` of the batch, counted for those rows
     def _count(self, rows: list[int], lookahead: bool = False) -> None:
@@ -509,9 +536,12 @@ class _Run:
                     self.t_end[r] = now
         out = []
         for r in range(self.B):
-            resp = self.canvas[r, self.starts[r]:self.starts[r] + cfg.gen_length].tolist()
+            end = self.starts[r] + cfg.gen_length
+            if self.limit[r] is not None:  # a cut canvas: the response is what is left of it
+                end = min(end, self.limit[r])
+            resp = self.canvas[r, self.starts[r]:end].tolist()
             gen = next((i for i, t in enumerate(resp) if t in e.eos_ids), len(resp))
-            out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length,
+            out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, len(resp),
                                     self.edits[r]))
         return out
 
@@ -581,6 +611,8 @@ class _Run:
         bs = self.origin + blk * L
         be = bs + L
         ext = be if e.block_causal else self.N  # a block-causal forward sees nothing after the block
+        if any(self.limit[r] is not None for r in rows):  # cut canvases (`Plan.truncate`): the longest row's end
+            ext = min(ext, max(ext if self.limit[r] is None else self.limit[r] for r in rows))
         w0, w1 = {"none": (0, ext), "prefix": (bs, ext), "dual": (bs, be)}[cfg.cache]
         nxt = dec.needs_rows_beyond_block and be < self.N  # the decoder reads the next block's rows
         causal = L if e.block_causal else None
@@ -605,8 +637,12 @@ class _Run:
             opened = [r for r in rows if self.starts[r] > bs] if self.head else rows
             past = _kv_rows(pre[1], {r: i for i, r in enumerate(rows)}, opened, e.device)
         # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before)
-        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0)]
-                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
+        # rows to the canvas end (a decoder that `rows_to_end`): positions be.. ext - 1 at rows shifted like the block's
+        rest = max(0, ext - be) if self.to_end else 0
+        # (a block a cut left shorter reads its last row for the positions past the cut, which are never decoded)
+        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0, max=ext - o0 - 1)]
+                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else [])
+                         + ([ar(rest) + be - s - o0] if rest else []))
         logits = kv = None
         if opened:
             pick = sub if len(opened) == len(rows) else self._rows(opened)
@@ -623,6 +659,8 @@ class _Run:
             st = self._state(r, blk, logits[i, :L])
             # a row's last block has no next block (in a batch its columns belong to longer rows)
             st.beyond = logits[i, L:] if nxt and blk + 1 < self.n_blocks[r] else None
+            if self.to_end:
+                self._rest(r, st, logits[i, L:], be, ext)
             self._enter(st, self._window(st))
             states[r] = st
             # the opening computed the block as the first decision reads it unless it commits at the opening
@@ -654,6 +692,8 @@ class _Run:
                 plan = dec.step(st)
                 _check_plan(dec, plan)
                 edited = self._apply(r, st, plan.commit, plan.remask, plan.edit)
+                if plan.truncate is not None:  # after the commits: a position committed and cut is gone
+                    self._truncate(r, st, bs + plan.truncate, bs)
                 if self._stops_early():
                     self._early_stop(r, plan.commit, be)
                 plans[r] = plan
@@ -663,7 +703,7 @@ class _Run:
                 w = self._window(st, leave=deferring)  # a deferred sub-block is left with its masks
                 go_on = w is not None or (self.editing and self._post_forward(r, post, filling, edited))
                 kind = (plan.variants is not None, plan.shadow, -1 if plan.extent is None else plan.extent,
-                        self._sub_window(r, st, plan, w))
+                        self._sub_window(r, st, plan, w), self._limit(r))
                 self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if go_on else None,
                            remask=plan.remask, edited=edited, phase="step" if filling else "post")
                 st.step += 1
@@ -675,6 +715,41 @@ class _Run:
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
                 self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
             live = stepping
+        for r in rows:  # `dual`: a cut's columns stayed readable in the opening's cache until the block's end
+            if r in self.pad_at_block_end:
+                self.pad[r, self.pad_at_block_end.pop(r):] = True
+
+    def _limit(self, r: int) -> int:
+        """Row r's canvas end column if a decoder cut it, else -1 (forwards group rows by it)."""
+        return -1 if self.limit[r] is None else self.limit[r]
+
+    def _truncate(self, r: int, st: BlockState, col: int, bs: int) -> None:
+        """End row r's canvas before column `col` for good (`Plan.truncate`): the columns from it on hold
+        padding, hidden from every later forward of the row (under `dual`, from the next opening on: until
+        then the block's forwards read the opening's cached keys, the removed ones' included), and later
+        blocks cover what is left."""
+        if col <= self.starts[r] or col <= bs:
+            raise RuntimeError(f"decoder {self.decoder.name!r} cut the canvas before the current block")
+        if col >= (self.ends[r] if self.limit[r] is None else self.limit[r]):
+            return  # cuts only shorten
+        self.limit[r] = self.ends[r] = col
+        self.canvas[r, col:] = self.e.pad_id
+        if self.cfg.cache == "dual":
+            self.pad_at_block_end[r] = col
+        else:
+            self.pad[r, col:] = True
+        st.fixed[col - bs:] = True  # the block's positions past the cut (no candidates, never decoded)
+        self.n_blocks[r] = min(self.n_blocks[r], -(-(col - self.origin) // self.cfg.block_length))
+
+    def _rest(self, r: int, st: BlockState, rows: torch.Tensor, be: int, extent: int) -> None:
+        """Hand row r's state the rows after its block up to its canvas end (`rows_to_end`): `rows` [n, V]
+        are the forward's rows for columns be.. extent - 1 (none when its window did not reach them)."""
+        end = min(extent, self.ends[r])
+        if rows.shape[0] < end - be or end <= be:
+            st.rest = st.rest_tokens = None
+            return
+        st.rest = rows[:end - be]
+        st.rest_tokens = self.canvas[r, be:end]
 
     def _fill_deferred(self) -> None:
         """Blocks a decoder ended with masks left (`Plan.defer`, DUS's remasks), in block order: one
@@ -757,14 +832,15 @@ class _Run:
             self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
             if still:
                 group.append(r)
-        if group:
-            self._forward(group, (False, False, -1, (0, 0)), states, {}, kv, rows, win, blk)
+        for lim in sorted({self._limit(r) for r in group}):  # rows grouped by their canvas end, as steps are
+            self._forward([r for r in group if self._limit(r) == lim], (False, False, -1, (0, 0), lim), states, {},
+                          kv, rows, win, blk)
 
     def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv, rows,
                  win: _Window, blk: int):
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
         e, L, s = self.e, self.cfg.block_length, self.head  # s: block positions committed at the opening
-        looks, shadow, cut, sub = kind
+        looks, shadow, cut, sub, lim = kind
         pick = self._rows(group)
         master, at = kv, torch.tensor([win.row_pos[r] for r in group], device=e.device)
         if kv is not None and len(group) != len(rows):
@@ -772,15 +848,24 @@ class _Run:
         if sub != (0, 0):
             return self._forward_sub(group, sub, states, kv, win)
         # `dual` with sub-blocks: a forward over the whole block refreshes the block's cached keys
-        refresh = self.sub_dual and kv is not None and cut < 0
+        # (and under `dual` for a decoder that cuts the canvas: after a cut the block's forwards read the block
+        # positions past it from the cache, as the last forward over the whole block left them)
+        refresh = (self.sub_dual or (self.cfg.cache == "dual" and self.decoder.cuts_canvas)) and kv is not None \
+            and cut < 0
         for r in group:
             self.snap[r] = refresh
         if cut >= 0:  # a shortened canvas (`Plan.extent`): columns [0, lo + cut); nothing after it exists
             end = min(win.extent, win.lo + cut)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
             kv = kv.truncate(end) if kv is not None else None
+        if lim >= 0 and self.cfg.cache == "dual":  # a cut canvas (`Plan.truncate`) under dual: the window
+            win = replace(win, w1=min(win.w1, lim), next=False)  # ends there; the cache keeps the opening's keys
+        elif lim >= 0:  # a cut canvas: nothing after its end exists
+            end = min(win.extent, lim)
+            win = replace(win, w1=min(win.w1, end), extent=end, next=False)
+            kv = kv.truncate(end) if kv is not None and kv.length > end else kv
         Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
-        n_out = min(n, win.extent - win.lo + self.back)  # block rows computed
+        n_out = min(n, min(win.extent, win.w1) - win.lo + self.back)  # block rows computed
         variants, m = None, 0
         if looks:
             m = max(plans[r].variants.shape[0] for r in group)
@@ -806,6 +891,10 @@ class _Run:
             out_rows.append(torch.where(inside, c - win.w0, Tw + (m + shadow) * L + c - win.hi))
             if not bool(inside.all()):
                 beyond = (win.hi, win.hi + L)
+        rest = 0  # rows after the block to the canvas end (`rows_to_end`), where the window reaches them
+        if self.to_end and win.w1 >= win.extent and not (m or shadow or win.next):
+            rest = max(0, win.extent - win.hi)
+            out_rows.append(ar(rest) + win.hi - e.shift - win.w0)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
                                win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow, beyond=beyond,
                                extent=win.extent, block=win.causal,
@@ -824,6 +913,8 @@ class _Run:
             st.shadow = torch.cat((head, o[v1:sh1])) if shadow else None
             st.beyond = o[sh1:sh1 + L] if win.next and st.block_index + 1 < self.n_blocks[r] else None
             anchor = torch.cat((head, o[:n_out], st.logits[s + n_out:]))  # [L, V]; rows past a cut keep theirs
+            if self.to_end:
+                self._rest(r, st, o[n_out:n_out + rest], win.hi, win.extent)
             if not looks:
                 st.logits = anchor
                 continue
