@@ -5,13 +5,14 @@ prompt, a plain run gives the answer, then an "extremely greedy" run that knows 
 for each of its forwards, the block's confidence vector and which positions' argmax already equals
 the answer (the rules: ../shared/golden/README.md, "Learn2PD", `generate_data`). Here both runs are
 the engine's: `Labeller` declares that it follows a reference, so the engine first decodes every
-prompt with `PlainRun` (the answer) and hands the labeller its tokens; the labeller's step writes
+prompt with `learn2pd` at filter=none (the answer: Learn2PD's `generate`) and hands the labeller its
+tokens; the labeller's step writes
 each forward's record into the decision's trace keys. The labelling is a one-cell grid with traces
 on, so it streams, resumes, runs on a cluster and shows progress as every grid does; at the end the
 records are read back out of the stored traces, in prompt order, into one Parquet file.
 
-Neither class is registered: they are the labelling workflow's, not decoders to rank (the cell
-names them `local:...`, its id includes their source digest, so changed rules never resume).
+`Labeller` is not registered: it is the labelling workflow's, not a decoder to rank (the cell names it
+`local:learn2pd-label`, its id includes its source digest, so a changed rule never resumes).
 """
 from __future__ import annotations
 
@@ -38,48 +39,12 @@ class StepsParams(HyperParams):
                     "(0: gen_length, one token per forward)")
 
 
-def transfer_counts(masked: int, steps: int) -> list[int]:
-    """LLaDA's `get_num_transfer_tokens` for one block: `steps` quotas summing to `masked`,
-    masked // steps each, plus one for the first masked % steps."""
-    base, extra = divmod(masked, steps)
-    return [base + (1 if i < extra else 0) for i in range(steps)]
-
-
 def block_steps(params: StepsParams, shape: RunShape) -> None:
     """Refuse steps that the blocks cannot share evenly (LLaDA asserts it)."""
     for n in sorted(set(shape.n_blocks)) if params.steps else ():
         if params.steps % n:
             raise RippleError(f"steps={params.steps} must be a multiple of the number of blocks ({n}: gen_length "
                               f"{shape.gen_length} / block_length {shape.block_length})")
-
-
-class PlainRun(Scheduler):
-    """`generate_data`'s plain run (its `generate` with no filter): per forward the top-k floor of LLaDA's
-    schedule, fixed at the block's start, by the float32 probability of the whole-vocabulary argmax.
-    The pick is torch.topk's on the vector the reference hands it (as long as the canvas, -inf outside
-    the block's masked positions), so ties go where the reference's go."""
-
-    name = "learn2pd-plain"
-    Params = StepsParams
-    supported_caches = ("none",)
-
-    def prepare(self, shape: RunShape) -> None:
-        block_steps(self.params, shape)
-
-    def step(self, state: BlockState) -> Plan:
-        L = state.tokens.shape[0]
-        if "quota" not in state.memory:  # the block's schedule, from its masks at the start
-            per_block = self.params.steps // state.n_blocks if self.params.steps else L
-            state.memory["quota"] = transfer_counts(int(state.block_masked.sum()), per_block)
-        quota = state.memory["quota"]
-        k = quota[state.step] if state.step < len(quota) else 0
-        x0, p = argmax_probs(state.logits, state.logits.dtype)  # [L], [L]
-        start = state.prompt_length + state.response_offset  # the block's first canvas position
-        canvas = state.prompt_length + state.n_blocks * L  # the reference's input length (batch of one)
-        scores = torch.full((canvas,), float("-inf"), dtype=p.dtype, device=p.device)  # [N]
-        scores[start:start + L] = torch.where(state.masked, p, torch.full_like(p, float("-inf")))
-        picked = torch.topk(scores, k).indices - start  # [k] block positions
-        return Plan(Commit(picked, x0[picked]))
 
 
 class Labeller(Scheduler):
@@ -96,7 +61,11 @@ class Labeller(Scheduler):
     supported_caches = ("none",)
 
     def reference_decoder(self) -> Scheduler:
-        return PlainRun(self.params)
+        """The plain run: `learn2pd` without a filter (Learn2PD's `generate`: LLaDA's top-k floor by the
+        argmax token's probability in the logits' dtype, ties as torch.topk breaks them there)."""
+        from ...decoders.registry import build
+
+        return build("learn2pd", {"filter": "none", "eot": "false", "steps": str(self.params.steps)})
 
     def prepare(self, shape: RunShape) -> None:
         block_steps(self.params, shape)
