@@ -121,10 +121,10 @@ def leaderboard(store: str | os.PathLike | None = None, out: str | os.PathLike |
 
 
 def learn_label(model: str, task: str, out: str | os.PathLike, *, split: str = "train", limit: int | None = None,
-                gen_length: int = DEFAULT_GEN_LENGTH, block_length: int = DEFAULT_BLOCK_LENGTH, steps: int | None = None,
-                dtype: str = "auto", data_dir: str | None = None, store: str | os.PathLike | None = None,
-                experiment: str | None = None, workers: int | None = None, fresh: bool = False,
-                progress: bool = False) -> Labelling:
+                gen_length: int = DEFAULT_GEN_LENGTH, block_length: int = DEFAULT_BLOCK_LENGTH,
+                steps: int | None = None, dtype: str = "auto", data_dir: str | None = None,
+                store: str | os.PathLike | None = None, experiment: str | None = None, workers: int | None = None,
+                fresh: bool = False, progress: bool = False) -> Labelling:
     """Learn2PD's training records for the first `limit` examples of `task`'s `split`, as `ripple learn
     label` writes them: a plain run per prompt gives the answer, then the labelling run records each
     forward's confidences and which positions already hold the answer (Parquet `out`). It runs as a

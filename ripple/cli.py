@@ -520,7 +520,8 @@ def learn_parser(sub) -> None:
     la.add_argument("--block-length", type=int, default=16, help="positions per block; the filter's width (default 16)")
     la.add_argument("--steps", type=int, default=None, help="forwards of the plain run that gives the answer, in all "
                     "(default: gen_length, one token per forward)")
-    la.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+    la.add_argument("--dtype", default="auto",
+                    help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     la.add_argument("--data-dir", default=None, help="local benchmark data (default: $RIPPLE_DATA_DIR, else the hub)")
     la.add_argument("--out", required=True, metavar=FILE, help="the Parquet file of records (sample_id, block, step, "
                     "confidence, is_correct)")

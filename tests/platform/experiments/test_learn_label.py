@@ -88,8 +88,8 @@ def test_label_writes_the_records_as_parquet_and_resumes(tmp_path, reference, ra
     assert pa.types.is_float32(table.schema.field("confidence").type.value_type)  # float32 values
     assert pa.types.is_boolean(table.schema.field("is_correct").type.value_type)
     rows = table.to_pylist()
-    want = [(p["prompt_id"], f["block"], r["step"], r["is_correct"]) for p in reference["prompts"] if p["setting"] == "A"
-            for f, r in zip(p["labelling_forwards"], p["records"])]
+    want = [(p["prompt_id"], f["block"], r["step"], r["is_correct"])
+            for p in reference["prompts"] if p["setting"] == "A" for f, r in zip(p["labelling_forwards"], p["records"])]
     assert [(r["sample_id"], r["block"], r["step"], r["is_correct"]) for r in rows] == want
     conf = [c for p in reference["prompts"] if p["setting"] == "A" for r in p["records"] for c in r["confidence"]]
     assert max(abs(a - b) for a, b in zip([c for r in rows for c in r["confidence"]], conf)) < CONFIDENCE_TOLERANCE

@@ -95,7 +95,8 @@ def test_the_first_epoch_is_bce_of_the_seeded_filter_then_one_adamw_step(data):
     loss = bce(X, y.double())
     loss.backward()
     assert fit.curve[0][1] == pytest.approx(loss.item(), abs=1e-6)
-    with torch.no_grad():  # AdamW's first step: decay, then lr * m_hat / (sqrt(v_hat) + eps) with m_hat = g, v_hat = g^2
+    # AdamW's first step: decay, then lr * m_hat / (sqrt(v_hat) + eps) with m_hat = g, v_hat = g^2
+    with torch.no_grad():
         for p in params:
             p.mul_(1 - 0.003 * 0.01).sub_(0.003 * p.grad / (p.grad.abs() + 1e-8))
         assert fit.curve[0][2] == pytest.approx(bce(Xv, yv.double()).item(), abs=1e-6)
@@ -190,7 +191,8 @@ def _bad_files(tmp_path, data):
                    "rows are of 3, 4 positions"),
         "labels short": (_write(tmp_path / "short.parquet", {**good, "is_correct": [[True] * 4] * 11 + [[True] * 3]}),
                          "row 11 has 4 confidences but 3 labels"),
-        "a null": (_write(tmp_path / "null.parquet", {**good, "confidence": [[0.5] * 4] * 11 + [[0.5, None, 0.5, 0.5]]}),
+        "a null": (_write(tmp_path / "null.parquet",
+                          {**good, "confidence": [[0.5] * 4] * 11 + [[0.5, None, 0.5, 0.5]]}),
                    "column confidence holds a null"),
         "out of range": (_write(tmp_path / "range.parquet", {**good, "confidence": [[1.5] * 4] * 12}),
                          "a confidence outside [0, 1]"),
@@ -204,7 +206,8 @@ def test_bad_data_files_are_one_line_and_exit_2(tmp_path, data):
         out = tmp_path / f"out-{name.replace(' ', '-')}"
         proc = run_cli(["learn", "train", "--data", str(path), "--out", str(out)])
         assert proc.returncode == 2, (name, proc.stderr)
-        assert proc.stderr.startswith("ripple learn: error: --data ") and proc.stderr.count("\n") == 1, (name, proc.stderr)
+        assert proc.stderr.startswith("ripple learn: error: --data "), (name, proc.stderr)
+        assert proc.stderr.count("\n") == 1, (name, proc.stderr)
         assert message in proc.stderr, (name, proc.stderr)
         assert not out.exists(), name  # nothing written
 
