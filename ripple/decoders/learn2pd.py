@@ -26,6 +26,12 @@ Caches select the reference's three loops:
   keys of the removed suffix). The reference has these only with the filter and EoT; Ripple runs the
   same loop without them (filter=none: the floor alone; eot=false: no cut).
 
+Float32 probabilities saturate at 1.0, so ties decide many commits and a softmax's last bit matters:
+torch's CPU softmax sums in as many lanes as the machine's vectors hold, and the golden files were made
+with 16 (AVX-512). Ripple computes float32 probabilities in that fixed order on every machine
+(`softmax_like_reference`); on an 8-lane (AVX2) CPU torch.softmax would tie positions the reference
+ranked apart (2 of the 40 public cases).
+
 Where the reference stops: its filter takes exactly B inputs, so a block that a cut left shorter than B
 while it still holds masks raises a shape error there. Ripple makes every forward before that point as
 the reference does and then feeds the filter the block's p padded to B with zeros (the positions cut
@@ -69,6 +75,32 @@ def filter_path(params: Learn2PDParams, model_dir: str | None) -> str | None:
     if model_dir and (Path(model_dir) / SHIPPED / WEIGHTS_FILE).is_file():
         return str(Path(model_dir) / SHIPPED)
     return None
+
+
+LANES = 16  # float32 lanes of the reduction in the softmax that made the golden files (an AVX-512 CPU)
+
+
+def softmax_like_reference(logits: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim in the logits' dtype, as the reference's F.softmax computes it; for
+    float32 in a fixed order, so that its last bit (which decides Learn2PD's many ties at 1.0) is the
+    same on every machine: exp(x - max), summed in 16 float32 lanes chunk by chunk and the lanes then
+    halved pairwise, times 1 / sum, as torch's CPU kernel does with AVX-512 vectors (the golden files'
+    machine; an AVX2 CPU sums in 8 lanes and ties positions the reference ranked apart).
+    [..., V] -> [..., V]."""
+    if logits.dtype != torch.float32:
+        return torch.softmax(logits, dim=-1)
+    import numpy as np
+
+    shape = logits.shape
+    rows = logits.detach().reshape(-1, shape[-1]).cpu()  # [R, V]
+    e = torch.exp(rows - rows.max(dim=-1, keepdim=True).values)  # [R, V]
+    pad = (-shape[-1]) % LANES  # zeros leave a lane's sum unchanged
+    chunks = torch.nn.functional.pad(e, (0, pad)).numpy().reshape(rows.shape[0], -1, LANES)  # [R, C, 16]
+    acc = torch.from_numpy(np.add.reduce(chunks, axis=1))  # [R, 16]: lane sums, chunk after chunk
+    while acc.shape[1] > 1:
+        half = acc.shape[1] // 2
+        acc = acc[:, :half] + acc[:, half:]
+    return (e * (1 / acc)).reshape(shape).to(logits.device)
 
 
 @register
@@ -129,8 +161,8 @@ class Learn2PD(Scheduler):
         inside = max(0, min(L, sample["end"] - off))  # block positions still on the canvas
         logits = state.logits  # [L, V]
         x0 = logits.argmax(dim=-1)  # [L], the mask id included
-        dtype = torch.float64 if cached else logits.dtype  # get_transfer_index's float64; else the logits'
-        p = torch.softmax(logits.to(dtype), dim=-1).gather(-1, x0[:, None]).squeeze(-1)  # [L]
+        p = (torch.softmax(logits.double(), dim=-1) if cached else softmax_like_reference(logits)) \
+            .gather(-1, x0[:, None]).squeeze(-1)  # [L]: get_transfer_index's float64, else the logits' dtype
         masked = state.masked.clone()
         masked[inside:] = False
         accepted = torch.zeros_like(masked)
@@ -191,7 +223,7 @@ class Learn2PD(Scheduler):
         conf = torch.where(masked & ends, p, torch.full_like(p, float("-inf")))  # [L]
         if not cached and state.rest is not None:  # masked positions after the block, to the canvas end
             rest_x0 = state.rest.argmax(dim=-1)  # [n]
-            rest_p = torch.softmax(state.rest, dim=-1).gather(-1, rest_x0[:, None]).squeeze(-1).to(p.dtype)
+            rest_p = softmax_like_reference(state.rest).gather(-1, rest_x0[:, None]).squeeze(-1).to(p.dtype)
             rest_ok = (state.rest_tokens == state.mask_id) & torch.isin(rest_x0, eos)
             conf = torch.cat((conf, torch.where(rest_ok, rest_p, torch.full_like(rest_p, float("-inf")))))
         if not bool(torch.isfinite(conf).any()):

@@ -123,7 +123,26 @@ class Cell(DecodeSettings):
         ident["params"] = {k: v for k, v in ident["params"].items() if k not in neutral or neutral[k] != v}
         if self.plugins is not None:  # built-in cells keep their ids
             ident["plugins"] = self.plugins
+        if self.artifacts:  # cells of decoders that read no file keep their ids
+            ident["artifacts"] = self.artifacts
         return ident
+
+    @cached_property
+    def artifacts(self) -> dict[str, str]:
+        """{what: sha256} of the files this cell's decoder configuration reads (a learned filter,
+        `Scheduler.artifacts`): in the cell id, so a changed file makes a new cell, as a changed checkpoint
+        is refused by the store. A model's shipped file is found where its folder is local (an embedded
+        name or a directory), not for a hub id."""
+        from ...decoders.base import Scheduler
+
+        cls = self.decoder_class if self._known_params() is not None else None
+        if cls is None or getattr(cls.artifacts, "__func__", None) is Scheduler.artifacts.__func__:
+            return {}
+        from ..runtime.loading import EMBEDDED
+
+        path = EMBEDDED.get(self.model) or Path(self.model).expanduser()
+        model_dir = str(path) if path.is_dir() else None
+        return cls.artifacts(cls.Params.from_strings(cls.name, {k: str(v) for k, v in self.params}), model_dir)
 
     @property
     def params_json(self) -> str:

@@ -76,6 +76,16 @@ no block loop of this kind: `generate` refuses a decoder whose declared `noise` 
 model's, in one line naming what the model needs, and hands a uniform-noise model to the renoising
 loop (ripple/platform/runtime/renoising.py), which owns each sample's random generator.
 
+A decoder that declares `cuts_canvas` (Learn2PD's end-of-text prediction) may end a row's canvas for
+good (`Plan.truncate`): the columns from the cut on become padding, every later forward of the row
+covers the canvas only up to the cut (forwards group rows by their canvas end, so a batch computes
+what single runs do), later blocks cover what is left, and the response is the shorter canvas. Under
+`dual` the block's remaining forwards keep reading the keys its opening cached, the removed columns'
+included, and the block's own cached keys are rewritten after every forward (as Fast-dLLM's dual
+cache does in place), so positions past a cut read the last forward's keys. A decoder whose
+configuration reads `rows_to_end` also gets the logits of the positions after the block up to the
+canvas end from every forward whose window reaches them (`BlockState.rest`).
+
 A decoder that declares `follows_reference` (the oracle) is run after the decoder it follows, on the
 same prompts and settings (reference.py): its block states carry that decoder's tokens, its NFE and
 clock count its own run only, and `SampleOutput.reference_nfe` the followed decoder's forwards.
@@ -863,7 +873,7 @@ class _Run:
         elif lim >= 0:  # a cut canvas: nothing after its end exists
             end = min(win.extent, lim)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
-            kv = kv.truncate(end) if kv is not None and kv.length > end else kv
+            kv = kv.truncate(end) if kv is not None else None
         Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
         n_out = min(n, min(win.extent, win.w1) - win.lo + self.back)  # block rows computed
         variants, m = None, 0
@@ -901,9 +911,7 @@ class _Run:
                                return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
         if refresh:
             out, fresh = out
-            for lk, fk in ((master.keys, fresh.keys), (master.values, fresh.values)):
-                for old, new in zip(lk, fk):
-                    old[at, :, win.lo:win.hi] = new[:, :, win.lo:win.hi]
+            master.overwrite(at, fresh, win.lo, win.hi)
         self._count(group, lookahead=looks)
         for i, r in enumerate(group):
             st, plan, o = states[r], plans.get(r), out[i]
