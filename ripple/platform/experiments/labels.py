@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...decoders.base import BlockState, Commit, Plan, RunShape, Scheduler, argmax_probs
+from ...decoders.base import BlockState, Commit, Plan, RunShape, Scheduler
+from ...decoders.learn2pd import softmax_like_reference
 from ...decoders.params import HyperParams, hp
 from ...errors import RippleError
 from ...lazy import torch
@@ -49,7 +50,8 @@ def block_steps(params: StepsParams, shape: RunShape) -> None:
 
 class Labeller(Scheduler):
     """`generate_data`'s labelling run on the plain run's answer (`BlockState.reference`). Per forward
-    it records x0_p at the block's positions (float32, committed ones included) and x0 == answer; then,
+    it records x0_p at the block's positions (float32, committed ones included; computed as `learn2pd`
+    computes its filter's input, so a filter is trained on what it will read) and x0 == answer; then,
     if x0 equals the previous forward's x0 of this block everywhere, it fills the block with the answer
     (the block ends, no further forward); else it commits the answer wherever x0 already equals it.
     A forward matching nowhere commits nothing, so the next one repeats it and fills the block."""
@@ -74,7 +76,9 @@ class Labeller(Scheduler):
         answer = state.reference  # [L]
         if answer is None:
             raise RuntimeError("learn2pd-label: the engine handed no answer (a decoder that follows a reference)")
-        x0, p = argmax_probs(state.logits, state.logits.dtype)  # [L], [L]
+        x0 = state.logits.argmax(dim=-1)  # [L], the mask id included
+        # the decoder's own features: the softmax in the logits' dtype, float32 in learn2pd's fixed order
+        p = softmax_like_reference(state.logits).gather(-1, x0[:, None]).squeeze(-1)  # [L]
         info = {"confidence": p.to(torch.float32).tolist(), "is_correct": (x0 == answer).tolist()}
         previous = state.memory.get("x0")
         known = state.masked & (answer >= 0)  # [L]
