@@ -4,9 +4,10 @@ training_records.json, `generate_data` on ripple-tiny train prompts 0 and 1 in s
 Per prompt the records match the golden ones in number, order, block, step and every label, the
 labelling run's forwards commit what the reference's did (the stalled-block fill included, where it
 fills) and the plain run's answer is the reference's. The confidences match to float32 rounding of
-the forward, not bit for bit: on this machine (AVX2) Ripple's float32 logits differ from the ones
-the golden was made with by about 1e-6 (the golden's own top-1 minus top-2 logit margins differ by
-as much), so a confidence can sit a few float32 steps away; the labels, which depend on the argmax
+the forward, not bit for bit: the golden was made on a 16-lane (AVX-512) CPU, and on an 8-lane (AVX2)
+one Ripple's float32 logits differ from its by about 1e-6 (the golden's own top-1 minus top-2 logit
+margins are missed by as much; the final softmax is computed in the golden's lane order, as learn2pd
+does), so a confidence can sit a few float32 steps away; the labels, which depend on the argmax
 only, are exact. The workflow (one-cell grid on Ray, resumable, Parquet out) runs through the CLI."""
 import json
 
