@@ -143,6 +143,12 @@ def weights_digest(path: Path) -> str:
     """First 12 hex digits of the sha256 over a checkpoint's weight files, in name order: what
     stored samples and the batch-equivalence report name a model's weights by, so results of a
     retrained model never pass for the old one's. Reads every byte (about 20 s for 16 GB)."""
+    return weights_sha256(path)[:12]
+
+
+def weights_sha256(path: Path) -> str:
+    """The sha256 over a checkpoint's weight files in name order (for a single file, that file's own
+    sha256: what a learned filter's card names its model by)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -150,7 +156,7 @@ def weights_digest(path: Path) -> str:
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
-    return h.hexdigest()[:12]
+    return h.hexdigest()
 
 
 def local_weights_digest(name: str) -> str | None:
