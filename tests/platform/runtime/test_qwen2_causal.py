@@ -123,3 +123,12 @@ def test_generate_refuses_a_causal_lm_in_one_line(verifier, decoder):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "is a causal LM (qwen2), not a diffusion LM" in lines[0]
     assert "diffusion model_types:" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_a_grid_spec_refuses_a_causal_lm_before_any_worker(verifier):
+    from ripple.platform.experiments.spec import parse_spec
+
+    raw = {"models": [str(verifier)], "tasks": ["arith"], "gen_lengths": [16], "block_lengths": [16],
+           "decoders": ["default"]}
+    with pytest.raises(RippleError, match=r"^grid spec t: model .* is a causal LM \(qwen2\), not a diffusion LM"):
+        parse_spec(raw, "t")
