@@ -94,11 +94,13 @@ import torch
 
 from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Plan, RunShape, Scheduler, greedy
 from ...errors import RippleError
+from .caches import NO_NARROWING, POLICIES, Window, cache_policy
 from .models.transformer import KVCache
 from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
 from .reference import Reference, follow
 from .renoising import RenoisingRun
 from .tracing import read_keys, token_probs
+from .visibility import forward_mask
 
 TraceFn = Callable[[dict[str, Any]], None]
 BLOCK_ALIGNS = ("response", "absolute")
@@ -178,24 +180,6 @@ def _indivisible(gen_length: int, block_length: int) -> RippleError:
     divisors = (d for d in range(1, gen_length + 1) if gen_length % d == 0)
     return RippleError(f"gen_length {gen_length} is not divisible by block_length {block_length}; "
                        f"accepted block lengths: {', '.join(map(str, divisors))}")
-
-
-def padding_mask(pad: torch.Tensor) -> torch.Tensor:
-    """[B, N] left-padding flags -> [B, 1, N, N] visibility: nobody sees pads, pads see all
-    (so no pad row is all -inf, whose NaNs would reach real rows through the values)."""
-    return (~pad)[:, None, None, :] | pad[:, None, :, None]
-
-
-def block_causal_visibility(pad: torch.Tensor, positions: torch.Tensor, block: int, q0: int = 0,
-                            q1: int | None = None) -> torch.Tensor:
-    """[B, N] left-padding flags and position ids -> [B, 1, q1 - q0, N] visibility of queries
-    [q0, q1): a query sees the keys of its own and earlier blocks by position id (j // block <=
-    i // block), never a pad; pad rows see all (no all -inf row). Block-diffusion training uses the
-    same mask (ripple/platform/training/block_diffusion.py)."""
-    q1 = pad.shape[1] if q1 is None else q1
-    kb = positions // block  # [B, N]
-    vis = (~pad)[:, None, :] & (kb[:, None, :] <= kb[:, q0:q1, None])  # [B, Q, N]
-    return (vis | pad[:, q0:q1, None])[:, None]
 
 
 class Engine:
@@ -285,7 +269,7 @@ class Engine:
         """Whether a block opening commits the block's first position (module docstring): on a family that
         declares `opening_commit`, unless the decoder decides that position itself and the window holds
         the row before the block (cache none)."""
-        return self.opening_commit and not (decoder.decides_first_position and cache == "none")
+        return self.opening_commit and not (decoder.decides_first_position and POLICIES[cache].recomputes_context)
 
     # ------------------------------------------------------------------ forwards
     def forward_full(self, canvas, positions, pad, logits_rows, store_kv, block: int | None = None):
@@ -331,7 +315,7 @@ class Engine:
             block = None  # every query is in the last block of the canvas: block-causal sees all (SDPA unmasked)
         mask = None
         if m or shadow or beyond is not None or block is not None or bool(pad[:, :N].any()):
-            mask = self._mask(pad[:, :N], positions[:, :N], w0, w1, lo, hi, m, shadow, beyond, block)
+            mask = forward_mask(pad[:, :N], positions[:, :N], w0, w1, lo, hi, m, shadow, beyond, block, self.shift)
         if kv is None and (w0, w1) != (0, N):
             raise AssertionError("a partial window needs the block-opening KV cache")
         out = self.model(toks, pos, attn_mask=mask, kv=kv, window=(w0, w1) if kv is not None else None,
@@ -341,49 +325,6 @@ class Engine:
         if kv is not None:  # the canvas's keys: cached outside the window, fresh inside
             return out.logits, kv.merge(out.kv, w0, w1, N)
         return out.logits, out.kv.truncate(N) if toks.shape[1] > N else out.kv  # the canvas's keys only
-
-    def _mask(self, pad, positions, w0, w1, lo, hi, m, shadow=False, beyond=None, block=None) -> torch.Tensor:
-        """Visibility [B, 1, Tw + E, N + E] (True = may attend), E = (m + shadow) * Lw + Lb extra rows."""
-        B, N = pad.shape
-        Tw, Lw = w1 - w0, hi - lo
-        S = Lw if shadow else 0
-        b0, b1 = beyond if beyond is not None else (0, 0)
-        Lb = b1 - b0
-        E = m * Lw + S + Lb
-        dev = pad.device
-        key_ok = ~pad  # [B, N]
-        if block is None:
-            base = key_ok[:, None, :].expand(B, Tw, N) | pad[:, w0:w1, None]  # [B, Tw, N]; pad rows see all
-            ctx_ok = key_ok  # keys a query of the block sees
-        else:
-            base = block_causal_visibility(pad, positions, block, w0, w1)[:, 0]  # [B, Tw, N]
-            ctx_ok = key_ok & (positions // block <= positions[:, lo:lo + 1] // block) if E else key_ok
-        if not E:
-            return base[:, None]
-        no = lambda rows, cols: torch.zeros(B, rows, cols, dtype=torch.bool, device=dev)  # noqa: E731
-        every = lambda n: torch.ones(B, n, n, dtype=torch.bool, device=dev)  # noqa: E731
-        parts = [torch.cat((base, no(Tw, E)), dim=2)]  # base queries never see extra segments
-        if m:
-            # a variant sees the context minus the anchor's block, plus its own copy
-            ctx = ctx_ok.clone()
-            ctx[:, lo:hi] = False
-            own = torch.block_diag(*[torch.ones(Lw, Lw, dtype=torch.bool, device=dev)] * m)  # [m*Lw, m*Lw]
-            parts.append(torch.cat((ctx[:, None, :].expand(B, m * Lw, N), own[None].expand(B, -1, -1),
-                                    no(m * Lw, S + Lb)), dim=2))
-        if shadow:
-            # shadow row t sees the context minus its twin, the block position lo + t + shift it
-            # predicts (a shifted family's last row predicts past the block: no twin)
-            twin = torch.zeros(Lw, N, dtype=torch.bool, device=dev)
-            t = torch.arange(hi - lo - self.shift, device=dev)
-            twin[t, lo + self.shift + t] = True
-            sees = ctx_ok[:, None, :] & ~twin[None]  # [B, Lw, N]
-            parts.append(torch.cat((sees, no(Lw, m * Lw), every(Lw), no(Lw, Lb)), dim=2))
-        if Lb:
-            # the next block's copy sees the context minus the canvas next block, plus itself
-            ctx = ctx_ok.clone()
-            ctx[:, b0:b1] = False
-            parts.append(torch.cat((ctx[:, None, :].expand(B, Lb, N), no(Lb, m * Lw + S), every(Lb)), dim=2))
-        return torch.cat(parts, dim=1)[:, None]
 
 
 class _Run:
@@ -463,20 +404,14 @@ class _Run:
         self.opening = engine.commits_at_opening(decoder, cfg.cache)
         self.head = engine.shift if self.opening else 0
         self.back = engine.shift - self.head
-        self._finished = None  # block diffusion: (KV cache of the last opening, its rows' batch indices)
         self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
         # a family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule)
         self.stop_mid = cfg.stop_at_eos and engine.eos_stops_mid_block
-        # a family that prefills the prompt's whole blocks does so under a cache (module docstring)
-        self.prefills = engine.prefills_prompt_blocks and cfg.cache != "none" and self.origin > 0
-        # `dual` with sub-blocks: forwards recompute only the current sub-block once its first position
-        # is decoded, the rest of the block's keys coming from the last whole-block forward (the module
-        # docstring); `snap[r]`: row r's block keys come from a forward its decisions read
-        self.sub_dual = cfg.cache == "dual" and cfg.sub_block < cfg.block_length
-        self.snap: dict[int, bool] = {}
+        # the cache policy: the windows of this run's forwards and the keys they keep (caches/)
+        self.cache = cache_policy(cfg.cache)(self)
 
-    # one forward of `kind` over `rows` of the batch, counted for those rows
-    def _count(self, rows: list[int], lookahead: bool = False) -> None:
+    def count(self, rows: list[int], lookahead: bool = False) -> None:
+        """One forward over `rows` of the batch, counted for those rows."""
         for r in rows:
             self.nfe[r] += 1
             if lookahead:
@@ -543,16 +478,6 @@ class _Run:
         """Whether decisions may end a row at an EOS mid-block (never while tokens may be rewritten)."""
         return (self.cfg.eos_early_stop or self.stop_mid) and not (self.editing and self.decoder.may_edit)
 
-    def _sub_window(self, r: int, st: BlockState, plan: Plan | None, w: tuple[int, int] | None) -> tuple[int, int]:
-        """The sub-block `w` when row r's next forward may recompute it alone (`dual` with sub-blocks, a
-        plain forward, block keys from a forward the row's decisions read, the sub-block's first position
-        decoded: a shifted family reads its prediction from the row before it), else (0, 0): the block."""
-        plain = not self.decoder.needs_rows_beyond_block and (
-            plan is None or (plan.variants is None and not plan.shadow and plan.extent is None))
-        if not (self.sub_dual and plain and w is not None and self.snap.get(r)) or bool(st.block_masked[w[0]]):
-            return 0, 0
-        return w
-
     def _window(self, st: BlockState, leave: bool = False) -> tuple[int, int] | None:
         """The sub-block row `st` decides in next: the current one while it holds masks (`leave`: the
         decoder deferred it), else the next one that does; None when the block holds none."""
@@ -568,7 +493,7 @@ class _Run:
         if w is not None and w != st.window:
             st.enter_sub_block(*w)
 
-    def _rows(self, rows: list[int]):
+    def select(self, rows: list[int]):
         """Selector of `rows` from a batch tensor (no copy when every row takes part)."""
         if len(rows) == self.B:
             return lambda t: t
@@ -577,47 +502,14 @@ class _Run:
 
     def _decode_block(self, blk: int, rows: list[int]) -> None:
         e, cfg, dec = self.e, self.cfg, self.decoder
-        L, s = cfg.block_length, e.shift
+        L = cfg.block_length
         bs = self.origin + blk * L
         be = bs + L
         ext = be if e.block_causal else self.N  # a block-causal forward sees nothing after the block
-        w0, w1 = {"none": (0, ext), "prefix": (bs, ext), "dual": (bs, be)}[cfg.cache]
         nxt = dec.needs_rows_beyond_block and be < self.N  # the decoder reads the next block's rows
-        causal = L if e.block_causal else None
-        sub = self._rows(rows)
-        ar = lambda n: torch.arange(n, device=e.device)  # noqa: E731
-        # block-opening forward: the prediction for canvas position i is read at row i - shift;
-        # the next block's rows are window rows, or (beyond the extent) a copy of that block
-        beyond = (be, be + L) if nxt and be >= ext else None
-        cached = cfg.cache != "none"
-        # block diffusion with a cache: keys of the blocks before the previous one come from the
-        # previous opening (each computed after its block's last commit); the previous block, now
-        # finished, and this one are computed fresh. Otherwise the canvas up to the extent is.
-        prev = self._finished if cached and e.block_causal and blk > 0 else None
-        past, o0, opened = None, 0, rows  # opened: the rows the opening forward computes
-        if prev is not None:
-            o0 = bs - L
-            past = _kv_rows(*prev, rows, e.device)
-        pre = self._prefill(rows, bs) if blk == 0 and self.prefills else None
-        if pre is not None:  # the opening computes the block against the prompt's blocks' keys
-            o0 = bs
-            # a block that starts with a mask opens from the prefill's last row: no opening forward
-            opened = [r for r in rows if self.starts[r] > bs] if self.head else rows
-            past = _kv_rows(pre[1], {r: i for i, r in enumerate(rows)}, opened, e.device)
-        # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before)
-        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0)]
-                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
-        logits = kv = None
-        if opened:
-            pick = sub if len(opened) == len(rows) else self._rows(opened)
-            out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), past, o0, ext, bs, be,
-                                   None, want, beyond=beyond, extent=ext, block=causal, return_kv=cached)
-            logits, kv = out if cached else (out, None)
-            self._count(opened)
-        if pre is not None and len(opened) < len(rows):
-            logits, kv = _with_prefill(rows, opened, pre, logits, kv, len(want), be)
-        if cached and e.block_causal:
-            self._finished = (kv, {r: i for i, r in enumerate(rows)})
+        win = Window(*self.cache.window(bs, be, ext), bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext,
+                     L if e.block_causal else None)
+        logits, kv = self.cache.open(blk, rows, win)  # [G, L (+ L next block's), V] and the steps' keys
         states = {}
         for i, r in enumerate(rows):
             st = self._state(r, blk, logits[i, :L])
@@ -625,9 +517,7 @@ class _Run:
             st.beyond = logits[i, L:] if nxt and blk + 1 < self.n_blocks[r] else None
             self._enter(st, self._window(st))
             states[r] = st
-            # the opening computed the block as the first decision reads it unless it commits at the opening
-            self.snap[r] = not (self.opening and bool(st.block_masked[0]))
-        win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext, causal)
+            self.cache.opened(r, st)
         if self.opening:
             self._open(rows, states, kv, win, blk)
         max_steps = 4 * L + 16 + (dec.max_post_forwards if self.editing else 0)
@@ -663,7 +553,7 @@ class _Run:
                 w = self._window(st, leave=deferring)  # a deferred sub-block is left with its masks
                 go_on = w is not None or (self.editing and self._post_forward(r, post, filling, edited))
                 kind = (plan.variants is not None, plan.shadow, -1 if plan.extent is None else plan.extent,
-                        self._sub_window(r, st, plan, w))
+                        self.cache.narrow(r, st, plan, w))
                 self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if go_on else None,
                            remask=plan.remask, edited=edited, phase="step" if filling else "post")
                 st.step += 1
@@ -673,7 +563,7 @@ class _Run:
                     groups.setdefault(kind, []).append(r)
                     stepping.append(r)
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
-                self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
+                self._forward(groups[kind], kind, states, plans, kv, win, blk)
             live = stepping
 
     def _fill_deferred(self) -> None:
@@ -688,11 +578,11 @@ class _Run:
             bs = self.origin + blk * L
             be = bs + L
             ext = be if e.block_causal else self.N
-            sub = self._rows(rows)
+            sub = self.select(rows)
             want = torch.arange(L, device=e.device) + bs - s
             logits = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), None, 0, ext, bs, be,
                                       None, want, extent=ext, block=causal)  # [G, L, V]
-            self._count(rows)
+            self.count(rows)
             for i, r in enumerate(rows):
                 st = self._state(r, blk, logits[i])
                 tokens, _ = greedy(st)  # [L], never the mask id
@@ -700,18 +590,6 @@ class _Run:
                 commit = Commit(pos, tokens[pos])
                 self._apply(r, st, commit, None, None)
                 self._emit(r, blk, st, commit, {}, None, phase="fill")
-
-    def _prefill(self, rows: list[int], bs: int) -> tuple[torch.Tensor, KVCache]:
-        """The forward over canvas columns [0, bs), the prompt's whole blocks (a family that
-        `prefills_prompt_blocks`, with a cache): their keys, and the last row's logits [G, V] (the
-        prediction of column bs), counted for the rows with prompt tokens there."""
-        e, L = self.e, self.cfg.block_length
-        sub = self._rows(rows)
-        logits, kv = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), None, 0, bs, bs - L, bs,
-                                      None, torch.tensor([bs - 1], device=e.device), extent=bs, block=L,
-                                      return_kv=True)  # [G, 1, V]
-        self._count([r for r in rows if self.lens[r] >= L])
-        return logits[:, 0], kv
 
     def _state(self, r: int, blk: int, logits: torch.Tensor) -> BlockState:
         """Row r's view of block `blk` with the block's logits [L, V]: the prompt's tail and the
@@ -737,7 +615,7 @@ class _Run:
         post[r] += 1
         return post[r] <= self.decoder.max_post_forwards
 
-    def _open(self, rows: list[int], states, kv, win: _Window, blk: int) -> None:
+    def _open(self, rows: list[int], states, kv, win: Window, blk: int) -> None:
         """Commit each row's first block position with its top-1 token from the block-opening
         forward (Fast-dLLM's Dream generation), then run the forward the decoder's first step reads."""
         group = []
@@ -758,23 +636,18 @@ class _Run:
             if still:
                 group.append(r)
         if group:
-            self._forward(group, (False, False, -1, (0, 0)), states, {}, kv, rows, win, blk)
+            self._forward(group, (False, False, -1, NO_NARROWING), states, {}, kv, win, blk)
 
-    def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv, rows,
-                 win: _Window, blk: int):
+    def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv,
+                 win: Window, blk: int):
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
         e, L, s = self.e, self.cfg.block_length, self.head  # s: block positions committed at the opening
         looks, shadow, cut, sub = kind
-        pick = self._rows(group)
-        master, at = kv, torch.tensor([win.row_pos[r] for r in group], device=e.device)
-        if kv is not None and len(group) != len(rows):
-            kv = kv.select(at)
-        if sub != (0, 0):
-            return self._forward_sub(group, sub, states, kv, win)
-        # `dual` with sub-blocks: a forward over the whole block refreshes the block's cached keys
-        refresh = self.sub_dual and kv is not None and cut < 0
-        for r in group:
-            self.snap[r] = refresh
+        pick = self.select(group)
+        master, kv = kv, self.cache.keys_for(kv, group, win)  # the block's stored keys, and `group`'s
+        if sub != NO_NARROWING:  # the policy recomputes a narrower span (dual's sub-blocks)
+            return self.cache.forward_narrow(group, sub, states, kv, win)
+        refresh = self.cache.prepare_forward(group, cut)  # this forward also refreshes the stored block keys
         if cut >= 0:  # a shortened canvas (`Plan.extent`): columns [0, lo + cut); nothing after it exists
             end = min(win.extent, win.lo + cut)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
@@ -812,10 +685,8 @@ class _Run:
                                return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
         if refresh:
             out, fresh = out
-            for lk, fk in ((master.keys, fresh.keys), (master.values, fresh.values)):
-                for old, new in zip(lk, fk):
-                    old[at, :, win.lo:win.hi] = new[:, :, win.lo:win.hi]
-        self._count(group, lookahead=looks)
+            self.cache.refresh(master, fresh, group, win)
+        self.count(group, lookahead=looks)
         for i, r in enumerate(group):
             st, plan, o = states[r], plans.get(r), out[i]
             head = st.logits[:s]  # [s, V] positions committed at the opening keep that forward's rows
@@ -838,23 +709,6 @@ class _Run:
             self._emit(r, blk, st, res.commit, res.info, None, phase="resolve", read=(anchor, var))
             if self._stops_early():
                 self._early_stop(r, res.commit, win.hi)
-
-    def _forward_sub(self, group: list[int], sub: tuple[int, int], states, kv: KVCache, win: _Window) -> None:
-        """`dual` with sub-blocks: recompute block offsets [a, b) alone against the cached keys of the
-        canvas and of the rest of the block (from the last whole-block forward, so stale where later
-        commits changed the block, as Fast-dLLM v2's block cache is); the rows it predicts (positions
-        a + shift .. b - 1) replace theirs, the others keep theirs."""
-        e, s = self.e, self.head  # under `dual` every opening commits: the block's first `head` rows are kept
-        a, b = sub
-        pick = self._rows(group)
-        out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.lo + a, win.lo + b,
-                               win.lo, win.hi, None, torch.arange(b - a - s, device=e.device), extent=win.extent,
-                               block=win.causal)  # [G, b - a - s, V]
-        self._count(group)
-        for i, r in enumerate(group):
-            st = states[r]
-            st.logits = torch.cat((st.logits[:a + s], out[i], st.logits[b:]))  # [L, V]
-            st.shadow = None
 
     def _apply(self, r: int, st: BlockState, commit: Commit, remask, edit: Commit | None) -> list[list[int]]:
         """Write a decoder's commits and edits together (then remasks) into the canvas, checking the
@@ -933,50 +787,6 @@ class _Run:
             event["edited"] = [[offset + p, old, new] for p, old, new in edited]
             event["p_edit"] = token_probs(st.logits, *(torch.tensor(c) for c in list(zip(*edited))[::2]))
         self.trace(event)
-
-
-@dataclass(frozen=True)
-class _Window:
-    """Canvas columns of one block's forwards: recomputed window [w0, w1), block [lo, hi)."""
-
-    w0: int
-    w1: int
-    lo: int
-    hi: int
-    row_pos: dict[int, int]  # batch row -> its index among the block's rows (the KV cache's rows)
-    next: bool  # also compute the next block's rows (the decoder needs rows beyond the block)
-    extent: int  # the forward's canvas is columns [0, extent)
-    causal: int | None  # block length of block-causal attention (None: bidirectional)
-
-
-def _kv_rows(kv, index: dict[int, int], rows: list[int], device: torch.device):
-    """A cache (whose batch row of run row r is index[r]) for `rows` only; no copy when they are all of it."""
-    if len(rows) == len(index):
-        return kv
-    return kv.select(torch.tensor([index[r] for r in rows], dtype=torch.long, device=device))
-
-
-def _with_prefill(rows, opened, pre, logits, kv, n_rows: int, be: int):
-    """The opening's logits [G, n_rows, V] and keys [0, be) for every row, where the rows not in
-    `opened` opened from the prefill alone: its last row stands for their block's rows (only the first,
-    the opening commit, is read before their next forward), and their block's keys are zeros until
-    that forward, whose window covers the block, computes them."""
-    pre_logits, pre_kv = pre  # [G, V], keys [0, bs)
-    out = pre_logits[:, None].expand(-1, n_rows, -1).clone()  # [G, n_rows, V]
-    at = torch.tensor([rows.index(r) for r in opened], dtype=torch.long, device=pre_logits.device)
-    if logits is not None:
-        out[at] = logits
-
-    def grow(pre_t, new_t):  # [G, H, bs, D] (and the opened rows' [G', H, be, D]) -> [G, H, be, D]
-        full = pre_t.new_zeros(*pre_t.shape[:2], be, pre_t.shape[3])
-        full[:, :, :pre_t.shape[2]] = pre_t
-        if new_t is not None:
-            full[at] = new_t[:, :, :be]
-        return full
-
-    fresh = kv or KVCache([None] * len(pre_kv.keys), [None] * len(pre_kv.values))
-    return out, KVCache([grow(p, n) for p, n in zip(pre_kv.keys, fresh.keys)],
-                        [grow(p, n) for p, n in zip(pre_kv.values, fresh.values)])
 
 
 def _forward_label(kind: tuple[bool, bool, int, tuple[int, int]]) -> str:
