@@ -92,12 +92,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Plan, RunShape, Scheduler, greedy
+from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
 from ...errors import RippleError
 from .caches import NO_NARROWING, POLICIES, Window, cache_policy
 from .models.transformer import KVCache
 from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
+from .plans import EosStops, apply_decision, check_plan
 from .reference import Reference, follow
+from .segments import pack
 from .renoising import RenoisingRun
 from .tracing import read_keys, token_probs
 from .visibility import forward_mask
@@ -155,25 +157,6 @@ def check_sub_block(sub_block_length: int | None, block_length: int) -> None:
         divisors = [d for d in range(1, block_length + 1) if block_length % d == 0]
         raise RippleError(f"sub_block_length {sub_block_length!r} does not divide block_length {block_length}; "
                           f"accepted: {', '.join(map(str, divisors))}")
-
-
-def _check_plan(dec: Scheduler, plan) -> None:
-    """The engine acts on what a decoder declares: a plan that asks for more is a protocol error."""
-    if plan.variants is not None and not dec.uses_lookahead:
-        raise RippleError(f"decoder {dec.name!r} planned lookahead variants but does not declare uses_lookahead")
-    if plan.shadow and not dec.uses_shadow:
-        raise RippleError(f"decoder {dec.name!r} asked for a shadow forward but does not declare uses_shadow")
-    if len(plan.edit) and not dec.edits_tokens:
-        raise RippleError(f"decoder {dec.name!r} planned token edits but does not declare edits_tokens")
-    if plan.sample is not None or plan.keep is not None or plan.carry is not None or plan.end:
-        raise RippleError(f"decoder {dec.name!r} planned a renoising step on a mask-noise family")
-    if plan.defer and not dec.defers_masks:
-        raise RippleError(f"decoder {dec.name!r} ended a block with masks left but does not declare defers_masks")
-    if plan.extent is not None:
-        if not dec.shortens_canvas:
-            raise RippleError(f"decoder {dec.name!r} planned a shortened canvas but does not declare shortens_canvas")
-        if plan.variants is not None or plan.shadow:
-            raise RippleError(f"decoder {dec.name!r} planned a shortened canvas with extra segments")
 
 
 def _indivisible(gen_length: int, block_length: int) -> RippleError:
@@ -388,7 +371,6 @@ class _Run:
         self.nfe = [0] * B
         self.look_nfe = [0] * B
         self.t_end = [0.0] * B
-        self.stopped = [False] * B
         self.edits = [0] * B
         # token editing (a decoder that declares `edits_tokens`, in a configuration that uses it): post
         # forwards after a block's last mask is filled, no mid-block end-of-sequence stop while tokens
@@ -405,8 +387,12 @@ class _Run:
         self.head = engine.shift if self.opening else 0
         self.back = engine.shift - self.head
         self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
-        # a family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule)
-        self.stop_mid = cfg.stop_at_eos and engine.eos_stops_mid_block
+        # rows that ended at an end-of-sequence id; decisions may end one mid-block under eos_early_stop, or a
+        # family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule), unless tokens
+        # may still be rewritten
+        mid = cfg.stop_at_eos and engine.eos_stops_mid_block
+        self.stops = EosStops(self.canvas, self.starts, engine.eos_ids, engine.mask_id, engine.pad_id,
+                              (cfg.eos_early_stop or mid) and not (self.editing and decoder.may_edit), mid)
         # the cache policy: the windows of this run's forwards and the keys they keep (caches/)
         self.cache = cache_policy(cfg.cache)(self)
 
@@ -424,7 +410,7 @@ class _Run:
         synchronize(e.device)
         t0 = time.perf_counter()
         for blk in range(max(self.n_blocks)):
-            rows = [r for r in range(self.B) if not self.stopped[r] and blk < self.n_blocks[r]]
+            rows = [r for r in range(self.B) if not self.stops.stopped[r] and blk < self.n_blocks[r]]
             if not rows:
                 break
             self._decode_block(blk, rows)
@@ -433,8 +419,8 @@ class _Run:
             be = self.origin + (blk + 1) * L
             for r in rows:
                 self.t_end[r] = now
-                if stop_at_eos and not self.stopped[r] and self._first_eos(r, be) is not None:
-                    self._stop(r, be)
+                if stop_at_eos and not self.stops.stopped[r] and self.stops.first_eos(r, be) is not None:
+                    self.stops.stop(r, be)
         if any(self.deferred):
             self._fill_deferred()
             synchronize(e.device)
@@ -449,34 +435,6 @@ class _Run:
             out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length,
                                     self.edits[r]))
         return out
-
-    def _first_eos(self, r: int, upto: int) -> int | None:
-        """Canvas column of the first end-of-sequence id in row r's response before `upto`, or None."""
-        seg = self.canvas[r, self.starts[r]:upto]
-        hit = torch.isin(seg, torch.tensor(self.e.eos_ids, dtype=seg.dtype, device=seg.device))
-        return self.starts[r] + int(hit.int().argmax()) if bool(hit.any()) else None
-
-    def _stop(self, r: int, after: int) -> None:
-        """End row r: everything from column `after` on reads as end-of-sequence."""
-        self.stopped[r] = True
-        self.canvas[r, after:] = self.e.eos_ids[0] if self.e.eos_ids else self.e.pad_id
-
-    def _early_stop(self, r: int, commit: Commit, be: int) -> None:
-        """`eos_early_stop`: after a decision that committed an EOS, end the row if no mask lies
-        between its response start and the first EOS (the rest of the block is never decoded). A
-        family that `eos_stops_mid_block` under `stop_at_eos` checks after every decision (its EOS may
-        have been committed before the masks ahead of it were filled)."""
-        if self.stopped[r]:
-            return
-        if not self.stop_mid and (not len(commit) or not any(int(t) in self.e.eos_ids for t in commit.tokens.tolist())):
-            return
-        first = self._first_eos(r, be)
-        if first is not None and not bool((self.canvas[r, self.starts[r]:first] == self.e.mask_id).any()):
-            self._stop(r, first + 1)
-
-    def _stops_early(self) -> bool:
-        """Whether decisions may end a row at an EOS mid-block (never while tokens may be rewritten)."""
-        return (self.cfg.eos_early_stop or self.stop_mid) and not (self.editing and self.decoder.may_edit)
 
     def _window(self, st: BlockState, leave: bool = False) -> tuple[int, int] | None:
         """The sub-block row `st` decides in next: the current one while it holds masks (`leave`: the
@@ -542,10 +500,9 @@ class _Run:
                                                     ("shadow", st.shadow)) if v is not None})
                 filling = bool(st.block_masked.any())
                 plan = dec.step(st)
-                _check_plan(dec, plan)
+                check_plan(dec, plan)
                 edited = self._apply(r, st, plan.commit, plan.remask, plan.edit)
-                if self._stops_early():
-                    self._early_stop(r, plan.commit, be)
+                self.stops.after_decision(r, plan.commit, be)
                 plans[r] = plan
                 deferring = plan.defer and bool(st.masked.any())
                 if deferring and blk not in self.deferred[r]:  # masks left in the block: filled after the last block
@@ -629,8 +586,7 @@ class _Run:
             commit = Commit(torch.zeros(1, dtype=torch.long), tokens[:1])
             self._apply(r, st, commit, None, None)
             st.fixed[0] = True
-            if self._stops_early():
-                self._early_stop(r, commit, win.hi)
+            self.stops.after_decision(r, commit, win.hi)
             still = bool(st.block_masked.any())
             self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
             if still:
@@ -641,7 +597,7 @@ class _Run:
     def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv,
                  win: Window, blk: int):
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
-        e, L, s = self.e, self.cfg.block_length, self.head  # s: block positions committed at the opening
+        e, s = self.e, self.head  # s: block positions committed at the opening
         looks, shadow, cut, sub = kind
         pick = self.select(group)
         master, kv = kv, self.cache.keys_for(kv, group, win)  # the block's stored keys, and `group`'s
@@ -652,35 +608,9 @@ class _Run:
             end = min(win.extent, win.lo + cut)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
             kv = kv.truncate(end) if kv is not None else None
-        Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
-        n_out = min(n, win.extent - win.lo + self.back)  # block rows computed
-        variants, m = None, 0
-        if looks:
-            m = max(plans[r].variants.shape[0] for r in group)
-            var = []
-            for r in group:
-                v = plans[r].variants.to(e.device)  # [m_r, L]
-                if v.shape[0] < m:  # pad with copies of the anchor block; their logits are ignored
-                    v = torch.cat((v, states[r].tokens[None].expand(m - v.shape[0], L)), dim=0)
-                var.append(v)
-            variants = torch.stack(var)  # [G, m, L]
-        ar = lambda k: torch.arange(k, device=e.device)  # noqa: E731
-        # the prediction for block position j (>= s) sits at row j - s of the block and of each copy of it
-        # (without an opening commit on a shifted family, at the window row before it: `back`)
-        out_rows = [ar(n_out) + win.lo - self.back - win.w0]
-        if m:
-            out_rows.append((Tw + ar(m)[:, None] * L + ar(n)[None]).reshape(-1))
-        if shadow:
-            out_rows.append(Tw + m * L + ar(n))
-        beyond = None
-        if win.next:  # the next block's predictions: window rows where the window covers them, else its copy
-            c = ar(L) + win.hi - e.shift  # [L] canvas rows
-            inside = c < win.w1
-            out_rows.append(torch.where(inside, c - win.w0, Tw + (m + shadow) * L + c - win.hi))
-            if not bool(inside.all()):
-                beyond = (win.hi, win.hi + L)
+        pk = pack(group, plans, states, win, s, self.back, e.shift, looks, shadow, e.device)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
-                               win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow, beyond=beyond,
+                               win.lo, win.hi, pk.variants, pk.rows, shadow=shadow, beyond=pk.beyond,
                                extent=win.extent, block=win.causal,
                                return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
         if refresh:
@@ -688,80 +618,24 @@ class _Run:
             self.cache.refresh(master, fresh, group, win)
         self.count(group, lookahead=looks)
         for i, r in enumerate(group):
-            st, plan, o = states[r], plans.get(r), out[i]
-            head = st.logits[:s]  # [s, V] positions committed at the opening keep that forward's rows
-            v1 = n_out + m * n  # o: block rows [0, n_out), variant rows [n_out, v1), shadow rows, next-block rows
-            sh1 = v1 + (n if shadow else 0)
-            st.shadow = torch.cat((head, o[v1:sh1])) if shadow else None
-            st.beyond = o[sh1:sh1 + L] if win.next and st.block_index + 1 < self.n_blocks[r] else None
-            anchor = torch.cat((head, o[:n_out], st.logits[s + n_out:]))  # [L, V]; rows past a cut keep theirs
+            st, plan = states[r], plans.get(r)
+            anchor, var, st.shadow, beyond = pk.read(out[i], st.logits, plan.variants.shape[0] if looks else 0)
+            st.beyond = beyond if st.block_index + 1 < self.n_blocks[r] else None
             if not looks:
                 st.logits = anchor
                 continue
-            m_r = plan.variants.shape[0]
-            var = o[n_out:v1].reshape(m, n, -1)[:m_r]  # [m_r, n, V]
-            var = torch.cat((head[None].expand(m_r, s, -1), var), dim=1)  # [m_r, L, V]
             if self.observe is not None:
                 self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
             res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
             self._apply(r, st, res.commit, None, None)
             st.logits = res.logits
             self._emit(r, blk, st, res.commit, res.info, None, phase="resolve", read=(anchor, var))
-            if self._stops_early():
-                self._early_stop(r, res.commit, win.hi)
+            self.stops.after_decision(r, res.commit, win.hi)
 
     def _apply(self, r: int, st: BlockState, commit: Commit, remask, edit: Commit | None) -> list[list[int]]:
-        """Write a decoder's commits and edits together (then remasks) into the canvas, checking the
-        protocol's invariants; returns the edits as [block position, old token, new token]."""
-        e = self.e
-        L = st.tokens.shape[0]
-        edited: list[list[int]] = []
-        if edit is not None and len(edit):
-            at = edit.positions.to(st.tokens.device)
-            new = edit.tokens.to(st.tokens.device)
-            if bool(((at < 0) | (at >= L)).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited outside the current block")
-            if bool(((at < st.window[0]) | (at >= st.window[1])).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited outside the current sub-block")
-            if bool(st.block_masked[at].any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited a masked position (that is a commit)")
-            if bool(st.fixed[at].any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited a fixed position (prompt or block opening)")
-            if bool((new == e.mask_id).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited a token to the mask id")
-            if bool((new == st.tokens[at]).any()) or at.unique().numel() != at.numel():
-                raise RuntimeError(f"decoder {self.decoder.name!r} planned an edit that changes nothing")
-            edited = [[p, o, n] for p, o, n in zip(at.tolist(), st.tokens[at].tolist(), new.tolist())]
-        pos = commit.positions.to(st.tokens.device)
-        if len(commit):
-            tok = commit.tokens.to(st.tokens.device)
-            if bool(((pos < 0) | (pos >= L)).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} committed outside the current block")
-            if bool(((pos < st.window[0]) | (pos >= st.window[1])).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} committed outside the current sub-block")
-            if not bool(st.masked[pos].all()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} committed an already decoded position")
-            if bool((tok == e.mask_id).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} committed the mask id")
-        if remask is not None and remask.numel():
-            back = remask.to(st.tokens.device)
-            if bool(((back < 0) | (back >= L)).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current block")
-            if bool(((back < st.window[0]) | (back >= st.window[1])).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current sub-block")
-            if bool(st.block_masked[back].any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position that is not decoded")
-            if bool(st.fixed[back].any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position committed at the block opening")
-            if bool(torch.isin(back, pos).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position it commits in the same step")
-        if len(commit):
-            st.tokens[pos] = tok
-        if edited:
-            st.tokens[at] = new
-            self.edits[r] += len(edited)
-        if remask is not None and remask.numel():
-            st.tokens[back] = e.mask_id
+        """Write a decision into row r's block (plans.py checks it), counting its edits; returns them."""
+        edited = apply_decision(self.decoder, self.e.mask_id, st, commit, remask, edit)
+        self.edits[r] += len(edited)
         return edited
 
     def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None, edited=None,
