@@ -36,6 +36,10 @@ Other needs are declared too, never named (the field's decoders, issue 35):
   (ripple/platform/runtime/reference.py) and hands each block state its sample's reference tokens
   (`BlockState.reference`); only the follower's own forwards count in NFE, the reference run's go
   to `SampleOutput.reference_nfe`. A decoder that follows a reference is never followed;
+- a decoder that needs a model beside the dLLM (a draft-and-verify decoder's verifier) names it per
+  configuration in `auxiliary_models()` ({role: reference}); the engine refuses a run whose model it
+  does not hold and hands it back by role (`RunShape.models`, `BlockState.models`), counting its calls
+  apart from NFE (ripple/platform/runtime/auxiliary.py);
 - a decoder whose rule depends on the run's geometry (PC-Sampler's steps per block, a prior over
   the model's vocabulary) checks it in `prepare`, once per `generate`, before any forward, and
   reads `BlockState.n_blocks` (the blocks this sample decodes).
@@ -144,6 +148,8 @@ class RunShape:
     mask_id: int
     model_dir: str | None = None  # the model's folder when loaded from one (shipped data such as a prior)
     logit_shift: int = 0  # 1 when the family's prediction for position i is the logits at i-1 (Dream)
+    # the models this configuration declared beside the dLLM (`Scheduler.auxiliary_models`), by role
+    models: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,9 @@ class BlockState:
         # [L] the followed decoder's final token at each block position, -1 where it wrote none (the
         # prompt's tail, past the row's end), for decoders that declare `follows_reference`; None otherwise
         self.reference: torch.Tensor | None = None
+        # the models the decoder declared beside the dLLM (`Scheduler.auxiliary_models`), by role; each call
+        # of one counts a forward of that role for this sample, apart from NFE. Empty for the others
+        self.models: dict[str, Any] = {}
         self._logits = logits
         self._probs: torch.Tensor | None = None
         self._shadow: torch.Tensor | None = None
@@ -329,6 +338,12 @@ class Scheduler(ABC):
     def model_defaults(cls, generation: dict[str, Any]) -> dict[str, str]:
         """Hyperparameter strings (as `--set` takes them) that a model's generation_config.json sets;
         `ripple generate` and `ripple eval` use them for the settings not given with --set."""
+        return {}
+
+    def auxiliary_models(self) -> dict[str, str]:
+        """Models this configuration needs beside the dLLM, {role: reference} (a folder, a hub id or an
+        embedded name, e.g. a verifier named by a hyperparameter): loaded once beside the dLLM and handed
+        back as `RunShape.models` and `BlockState.models` (ripple/platform/runtime/auxiliary.py)."""
         return {}
 
     def reference_decoder(self) -> "Scheduler":

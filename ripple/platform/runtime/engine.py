@@ -88,12 +88,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
 from ...errors import RippleError
+from .auxiliary import Counted, models_for
 from .caches import NO_NARROWING, POLICIES, Window, cache_policy
 from .models.transformer import KVCache
 from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
@@ -169,7 +170,8 @@ class Engine:
     """Runs any decoder with any cache policy on a model with the DiffusionTransformer forward."""
 
     def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
-                 max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None):
+                 max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None,
+                 auxiliary: Mapping[str, Any] | None = None):
         self.model = model
         # the kind of family (ripple/platform/runtime/models/family.py): a decoder must declare the same.
         # Only a family's "uniform" counts: a model attribute called `noise` may be anything else
@@ -194,6 +196,8 @@ class Engine:
         self.max_positions = max_positions
         self.device = torch.device(device)
         self.model_dir = model_dir  # where decoders find data shipped with the model (RunShape)
+        # models loaded beside this one, by reference, for decoders that declare them (auxiliary.py)
+        self.auxiliary: dict[str, Any] = dict(auxiliary or {})
 
     @classmethod
     def from_loaded(cls, lm) -> "Engine":
@@ -213,7 +217,7 @@ class Engine:
             if decoder.max_canvas_forwards < 1:
                 raise RippleError(f"decoder {decoder.name!r} declares no bound on a canvas's forwards")
             seeds = [0] * len(prompts) if seeds is None else list(seeds)
-            decoder.prepare(self._shape(config, [-(-config.gen_length // config.block_length)] * len(prompts)))
+            decoder.prepare(self._shape(config, [-(-config.gen_length // config.block_length)] * len(prompts), decoder))
             return RenoisingRun(self, prompts, decoder, config, seeds, trace, observe).execute()
         refs = follow(self, prompts, decoder, config, seeds) if decoder.follows_reference else None
         run = self.start(prompts, decoder, config, trace, observe, seeds, refs)
@@ -231,22 +235,25 @@ class Engine:
             raise RippleError(f"decoder {decoder.name!r} declares decides_first_position with block copies "
                               "(lookahead or shadow): the engine supports one or the other")
         run = _Run(self, prompts, decoder, config, trace, observe, seeds, reference)
-        decoder.prepare(self._shape(config, run.n_blocks))
+        decoder.prepare(self._shape(config, run.n_blocks, decoder))
         return run
 
     def _admit(self, decoder: Scheduler, config: GenerationConfig) -> None:
-        """Refuse, in one line, a decoder made for another kind of family or a cache it does not support."""
+        """Refuse, in one line, a decoder made for another kind of family, a cache it does not support or
+        a model it needs beside this one that the engine does not hold."""
         from ...decoders.registry import check_noise
 
         check_noise(decoder, self.family, self.noise)
         if config.cache not in decoder.supported_caches:
             raise RippleError(f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                               f"supported: {', '.join(decoder.supported_caches)}")
+        models_for(decoder, self.auxiliary)
 
-    def _shape(self, config: GenerationConfig, n_blocks: Sequence[int]) -> RunShape:
+    def _shape(self, config: GenerationConfig, n_blocks: Sequence[int], decoder: Scheduler) -> RunShape:
         """What a decoder checks before the run (`Scheduler.prepare`)."""
         return RunShape(config.gen_length, config.block_length, tuple(n_blocks),
-                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift)
+                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift,
+                        models_for(decoder, self.auxiliary))
 
     def commits_at_opening(self, decoder: Scheduler, cache: str) -> bool:
         """Whether a block opening commits the block's first position (module docstring): on a family that
@@ -370,6 +377,9 @@ class _Run:
         self.B, self.N = B, N
         self.nfe = [0] * B
         self.look_nfe = [0] * B
+        # the models the decoder declared beside this one, by role, and their forwards per row (auxiliary.py)
+        self.models = models_for(decoder, engine.auxiliary)
+        self.aux_nfe = {role: [0] * B for role in self.models}
         self.t_end = [0.0] * B
         self.edits = [0] * B
         # token editing (a decoder that declares `edits_tokens`, in a configuration that uses it): post
@@ -433,7 +443,7 @@ class _Run:
             resp = self.canvas[r, self.starts[r]:self.starts[r] + cfg.gen_length].tolist()
             gen = next((i for i, t in enumerate(resp) if t in e.eos_ids), len(resp))
             out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length,
-                                    self.edits[r]))
+                                    self.edits[r], auxiliary_nfe=tuple((k, n[r]) for k, n in self.aux_nfe.items())))
         return out
 
     def _window(self, st: BlockState, leave: bool = False) -> tuple[int, int] | None:
@@ -561,6 +571,8 @@ class _Run:
         st.prompt_length = self.lens[r]
         if self.reference is not None:
             st.reference = self.reference[r].block(st.response_offset, L, self.e.device)
+        if self.models:
+            st.models = {role: Counted(m, self.aux_nfe[role], r) for role, m in self.models.items()}
         return st
 
     def _post_forward(self, r: int, post: dict, filling: bool, edited: list) -> bool:
