@@ -1,11 +1,14 @@
-"""The denoising engine: canvas, semi-autoregressive block loop, KV cache policies, the
-packed lookahead forward, NFE counting and decode timing. Decoders only decide.
+"""The denoising engine: canvas, semi-autoregressive block loop, NFE counting and decode timing.
+Decoders only decide. `_Run` keeps the block loop and each row's bookkeeping; its rooms:
+  caches/       KV cache policies (none, prefix, dual), one module each, chosen by name: the window
+                a step recomputes, the block opening's keys (prefill, finished blocks), sub-block spans
+  visibility.py the masks of a forward and its segments (also training's)
+  segments.py   a step's packed forward: where the window's and each segment's rows sit
+  plans.py      applying a decision: protocol checks, commits, edits, remasks, end-of-sequence stops
+  auxiliary.py  models a decoder declares beside the dLLM, handed back by role and counted apart
 
 Cache policies choose which canvas window a step recomputes; keys outside it come from
-the block-opening forward (DESIGN.md section 3). With the block [bs, be):
-  none   -> [0, N)        nothing cached
-  prefix -> [bs, N)       keys before the block reused (Fast-dLLM prefix cache)
-  dual   -> [bs, be)      prefix and suffix reused; only the block is recomputed
+the block-opening forward (DESIGN.md section 3; caches/__init__.py has the table).
 The window starts at the block start for every family. A shifted-logit family (Dream:
 the prediction for position i is read at i-1) would need the row before the block to
 predict the block's first position, so its family declares `opening_commit`: the
@@ -64,12 +67,8 @@ after every decision (the opening commit included).
 
 Sub-blocks (`GenerationConfig.sub_block_length`, shorter than the block): a row's decisions stay in
 the current sub-block (`BlockState.window`), which moves left to right to the next one holding a
-mask once it has none (or its decoder deferred it); forwards still cover the cache policy's window.
-Under `dual` a forward recomputes only the sub-block [sb0, sb1) once its first position is decoded
-(a shifted family reads that position's prediction from the row before the sub-block) and the
-row's block keys come from a forward over the whole block that its decisions read: the rest of the
-block's keys are then those of the last such forward, stale where later commits changed the block,
-as Fast-dLLM v2's block cache is; every forward over the whole block refreshes them.
+mask once it has none (or its decoder deferred it); forwards still cover the cache policy's window,
+except that `dual` may recompute the sub-block alone (caches/dual.py says when, and which keys it reads).
 
 Uniform-noise families (DiffusionGemma: the model declares `noise = "uniform"`) have no masks and
 no block loop of this kind: `generate` refuses a decoder whose declared `noise` differs from the
