@@ -39,6 +39,10 @@ class TokenCache:
     def truncate(self, n):
         return TokenCache(self.tokens[:, :n], self.positions[:, :n])
 
+    def overwrite(self, rows, fresh, lo, hi):
+        self.tokens[rows, lo:hi] = fresh.tokens[:, lo:hi]
+        self.positions[rows, lo:hi] = fresh.positions[:, lo:hi]
+
     def merge(self, fresh, w0, w1, n):
         def cat(old, new):
             return torch.cat((old[:, :w0], new[:, :w1 - w0], old[:, w1:n]), dim=1)
@@ -173,7 +177,8 @@ class CountedModel:
 
 
 def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SCRIPTED_MASK, lead=0,
-                     max_blocks=None, eos=(SCRIPTED_EOS,), idle_steps=False, sub_block_length=None) -> None:
+                     max_blocks=None, eos=(SCRIPTED_EOS,), idle_steps=False, sub_block_length=None,
+                     cut=False) -> None:
     """The shared properties of one decoded sample, from its output and decode trace.
 
     `shift`: 1 where the block opening commits the block's first position (a shifted family, unless the
@@ -182,12 +187,13 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
     block-end EOS stop may decode fewer than `max_blocks` blocks (blocks=None: as many as the trace
     shows). `idle_steps`: the decoder declares that a step may commit nothing; its blocks must still
     end within block_length steps, the last one committing. With `sub_block_length` every decision
-    stays inside the sub-block its event names."""
+    stays inside the sub-block its event names. `cut`: a decoder that cuts the canvas ended it early
+    (`Plan.truncate`), so fewer blocks ran, without an end-of-sequence needed."""
     L = block_length
     if blocks is None:
         blocks = len({e["block"] for e in events})
         assert 1 <= blocks <= max_blocks and sorted({e["block"] for e in events}) == list(range(blocks))
-        if blocks < max_blocks:  # stopped early: only after a block that left an EOS in the response
+        if blocks < max_blocks and not cut:  # stopped early: only after a block that left an EOS in the response
             assert set(eos) & set(out.tokens), "fewer blocks than the run has, without an end-of-sequence"
     assert mask not in out.tokens, "a block ended masked or the mask id was committed"
     assert out.nfe == calls, f"NFE {out.nfe} but {calls} forwards ran"
@@ -231,13 +237,17 @@ def _check_sample(out, events, calls, prompt_length: int, *, gen_length: int, bl
                   shift: int, mask: int, eos, idle_steps: bool = False, sub_block_length: int | None = None) -> None:
     """`check_invariants` with the block layout of the family: a block-causal family's blocks start at
     position 0 (the first holds the prompt's tail) and an end-of-sequence may stop it early."""
+    # a decoder that cuts the canvas (`cuts_canvas`) may end it early: the response is what is left, and the
+    # blocks that ran are those that still had positions
+    cut = len(out.tokens) < gen_length
     if block_causal:
         check_invariants(out, events, calls, blocks=None, block_length=block_length, shift=shift, mask=mask,
                          lead=prompt_length % block_length,
                          max_blocks=-(-(prompt_length + gen_length) // block_length) - prompt_length // block_length,
-                         eos=eos, idle_steps=idle_steps, sub_block_length=sub_block_length)
+                         eos=eos, idle_steps=idle_steps, sub_block_length=sub_block_length, cut=cut)
     else:
-        check_invariants(out, events, calls, blocks=gen_length // block_length, block_length=block_length,
+        blocks = -(-len(out.tokens) // block_length) if cut else gen_length // block_length
+        check_invariants(out, events, calls, blocks=blocks, block_length=block_length,
                          shift=shift, mask=mask, idle_steps=idle_steps, sub_block_length=sub_block_length)
 
 

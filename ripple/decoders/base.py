@@ -32,6 +32,14 @@ Other needs are declared too, never named (the field's decoders, issue 35):
 - a decoder that declares `shortens_canvas` may end a plan's next forward early (`Plan.extent`:
   the canvas is cut after that block offset, what follows is absent, not masked; SlowFast's later
   fill forwards); the block rows past the cut keep their last distributions;
+- a decoder that declares `cuts_canvas` may end the canvas for good (`Plan.truncate`: Learn2PD's
+  end-of-text cut): positions from that block offset on, in this block and every later one, leave
+  the canvas; every later forward sees the shorter canvas, later blocks cover what is left and the
+  response is shorter than gen_length. Under `dual` the block's remaining forwards still read the
+  keys cached at its opening outside their window, the removed suffix's included, as Fast-dLLM's
+  dual cache does; a decoder that `rows_to_end` (a configuration property) also gets, from every
+  forward whose window reaches the canvas end (cache none or prefix), the logits of the positions
+  after the block (`BlockState.rest`, with their tokens `rest_tokens`);
 - a decoder that declares `follows_reference` (the oracle, issue 51) names a decoder through
   `reference_decoder()`: the engine runs that one first on the same prompts and run settings
   (ripple/platform/runtime/reference.py) and hands each block state its sample's reference tokens
@@ -124,6 +132,9 @@ class Plan:
     # the next forward sees the canvas only up to this block offset (decoders that declare
     # `shortens_canvas`; None: the whole canvas the family's forward sees)
     extent: int | None = None
+    # the canvas ends before this block offset for good (decoders that declare `cuts_canvas`; may lie
+    # past the block, in a later one): the positions from it on leave the canvas
+    truncate: int | None = None
     # end the block now even if masks remain (decoders that declare `defers_masks`): the engine
     # fills them after the last block, one forward per such block
     defer: bool = False
@@ -149,6 +160,11 @@ class RunShape:
     mask_id: int
     model_dir: str | None = None  # the model's folder when loaded from one (shipped data such as a prior)
     logit_shift: int = 0  # 1 when the family's prediction for position i is the logits at i-1 (Dream)
+    cache: str = "none"  # the run's cache policy
+    eos_ids: tuple[int, ...] = ()  # the ids that end a response (the family's stop ids)
+    # the weights digest of the model (`weights_digest`: sha256 prefix), for decoders that declare
+    # `checks_weights` (a learned filter names the model it was trained on); None: unknown
+    weights: str | None = None
     # the models this configuration declared beside the dLLM (`Scheduler.auxiliary_models`), by role
     models: dict[str, Any] = field(default_factory=dict)
 
@@ -198,6 +214,11 @@ class BlockState:
         # [L] the followed decoder's final token at each block position, -1 where it wrote none (the
         # prompt's tail, past the row's end), for decoders that declare `follows_reference`; None otherwise
         self.reference: torch.Tensor | None = None
+        # decoders whose configuration `rows_to_end`: logits [n, V] of the canvas positions after the block
+        # up to the canvas end, and their tokens [n] (a view), from the last forward; None where its window
+        # did not reach them (dual, a block-causal family's extent) or in the last block
+        self.rest: torch.Tensor | None = None
+        self.rest_tokens: torch.Tensor | None = None
         # the models the decoder declared beside the dLLM (`Scheduler.auxiliary_models`), by role; each call
         # of one counts a forward of that role for this sample, apart from NFE. Empty for the others
         self.models: dict[str, Any] = {}
@@ -297,6 +318,13 @@ class Scheduler(ABC):
     # the engine first runs `reference_decoder()` on the same prompts and settings and hands its tokens
     # to the block states (`BlockState.reference`); module docstring
     follows_reference: ClassVar[bool] = False
+    # plans may carry `truncate`: the canvas ends for good (module docstring); responses may be shorter
+    cuts_canvas: ClassVar[bool] = False
+    # `prepare` reads `RunShape.weights` (the engine digests the model's weights once for it)
+    checks_weights: ClassVar[bool] = False
+    # decides with a model trained on this model's decoding (a learned filter for one block length): it runs
+    # only where such a file exists, so a grid's `decoders: all` leaves it out (name it, with its file)
+    learned: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
     # the kind of family this decoder decodes (ripple/platform/runtime/models/family.py NOISES): "mask"
@@ -326,6 +354,18 @@ class Scheduler(ABC):
     def draws(self) -> bool:
         """Whether this configuration draws random numbers (then `BlockState.generator` is the sample's own)."""
         return False
+
+    @property
+    def rows_to_end(self) -> bool:
+        """Whether this configuration reads the rows after the block (`BlockState.rest`)."""
+        return False
+
+    @classmethod
+    def artifacts(cls, params: HyperParams, model_dir: str | None) -> dict[str, str]:
+        """Files this configuration reads whose content changes its results (a learned filter), as
+        {what: sha256}, for the cell's identity: a changed file is a new cell, as a changed checkpoint is.
+        `model_dir`: the model's folder where known (data it ships), else None."""
+        return {}
 
     @property
     def max_post_forwards(self) -> int:

@@ -35,6 +35,8 @@ def refusal(name: str) -> str | None:
         return "follows a reference itself, so it has no completion of its own to follow"
     if cls.noise != "mask":
         return f"decodes {cls.noise}-noise families, which have no masked positions to commit"
+    if cls.cuts_canvas:
+        return "may end its response before gen_length (it cuts the canvas), so positions past its end have no reference"
     dec = cls()
     if dec.may_edit or dec.max_post_forwards > 0:
         return "rewrites tokens it committed (token editing), so its commits are no reference"

@@ -38,7 +38,9 @@ DECODERS = [(name, {}) for name in decoders_for("mask")] + [
     ("pc_sampler", {"lambda": "0.5", "alpha": "2.0"}), ("dus", {"base": "2", "remask_tau": "0.3"}),
     ("slow_fast", {"explore_steps": "2", "span_tau": "0.2", "fill_tau": "0.3"}),
     ("topk", {"rank": "margin", "k": "2"}), ("topk", {"rank": "random", "k": "2"}),
-    ("topk", {"rank": "entropy", "tau": "0.3"}), ("topk", {"rank": "random", "factor": "1.0"})]
+    ("topk", {"rank": "entropy", "tau": "0.3"}), ("topk", {"rank": "random", "factor": "1.0"}),
+    ("learn2pd", {"threshold": "0.3", "eot": "true"}), ("learn2pd", {"filter": "none", "eot": "true"}),
+    ("learn2pd", {"threshold": "0.3", "steps": "12"})]
 
 # data a decoder reads from files (PC-Sampler's token-frequency prior): one that fits every vocabulary here
 PRIOR = Path(tempfile.mkdtemp(prefix="ripple-prior-")) / "prior.json"
@@ -47,9 +49,29 @@ PRIOR.write_text(json.dumps({"num_token": 1000, "p_baseline_dict": {str(i): 30 +
 DATA = {"pc_sampler": {"prior": str(PRIOR)}}
 
 
-def decoder(name, settings):
-    """`build`, with the data files a decoder needs when the settings name none."""
-    return build(name, {**DATA.get(name, {}), **settings})
+def _filters() -> dict[int, str]:
+    """Learn2PD filters (the golden files' architecture, seeded weights) for the block lengths used here:
+    4 on the scripted model, 8 on the golden checkpoints, 16 on ripple-tiny-bd; no model named, so every model
+    accepts them."""
+    from ripple.decoders.filters import FilterCard, build_filter, save_filter
+
+    out = {}
+    for b in (4, 8, 16):
+        torch.manual_seed(b)
+        card = FilterCard("learn2pd", b, ("confidence",))
+        save_filter(PRIOR.parent / f"filter-b{b}", build_filter("learn2pd", b), card)
+        out[b] = str(PRIOR.parent / f"filter-b{b}")
+    return out
+
+
+FILTERS = _filters()
+
+
+def decoder(name, settings, block_length=4):
+    """`build`, with the data files a decoder needs when the settings name none (a learned filter for the
+    run's block length)."""
+    data = {**DATA.get(name, {}), **({"filter": FILTERS[block_length]} if name == "learn2pd" else {})}
+    return build(name, {**data, **settings})
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -204,7 +226,7 @@ def tiny(request, golden):
 @pytest.mark.parametrize("name,settings", TINY_DECODERS)
 def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
     """Every decoder with every cache policy on every family's golden checkpoint (ripple.testing)."""
-    check_decoder_on_model(lambda: decoder(name, settings), tiny, caches=[cache])
+    check_decoder_on_model(lambda: decoder(name, settings, block_length=8), tiny, caches=[cache])
 
 
 # decoders that follow a reference (the oracle; a plugin's too), each built following a registered decoder

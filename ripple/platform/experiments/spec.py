@@ -123,7 +123,26 @@ class Cell(DecodeSettings):
         ident["params"] = {k: v for k, v in ident["params"].items() if k not in neutral or neutral[k] != v}
         if self.plugins is not None:  # built-in cells keep their ids
             ident["plugins"] = self.plugins
+        if self.artifacts:  # cells of decoders that read no file keep their ids
+            ident["artifacts"] = self.artifacts
         return ident
+
+    @cached_property
+    def artifacts(self) -> dict[str, str]:
+        """{what: sha256} of the files this cell's decoder configuration reads (a learned filter,
+        `Scheduler.artifacts`): in the cell id, so a changed file makes a new cell, as a changed checkpoint
+        is refused by the store. A model's shipped file is found where its folder is local (an embedded
+        name or a directory), not for a hub id."""
+        from ...decoders.base import Scheduler
+
+        cls = self.decoder_class if self._known_params() is not None else None
+        if cls is None or getattr(cls.artifacts, "__func__", None) is Scheduler.artifacts.__func__:
+            return {}
+        from ..runtime.loading import EMBEDDED
+
+        path = EMBEDDED.get(self.model) or Path(self.model).expanduser()
+        model_dir = str(path) if path.is_dir() else None
+        return cls.artifacts(cls.Params.from_strings(cls.name, {k: str(v) for k, v in self.params}), model_dir)
 
     @property
     def params_json(self) -> str:
@@ -568,15 +587,17 @@ class SpecParser:
         override `params` for the tasks they name (the KLASS release tunes per task). `decoders: all`
         is every registered decoder of mask families at its defaults, in display order; so is an entry
         `all` in a list (then further entries add settings). Renoising decoders (uniform-noise
-        families such as DiffusionGemma) are named, never implied by `all`. A spec built in Python may
+        families such as DiffusionGemma) are named, never implied by `all`, and so are learned decoders
+        (`Scheduler.learned`: they need a filter for the model and block length). A spec built in Python may
         also name a decoder by a Scheduler subclass or instance of the caller's own (its params are
         an instance's own, under the entry's `params`)."""
-        from ...decoders import Scheduler, decoders_for
+        from ...decoders import Scheduler, decoders_for, get
 
+        every = [n for n in decoders_for("mask") if not get(n).learned]
         if value == "all":
-            value = decoders_for("mask")
+            value = every
         entries = [e for entry in self.as_list(value, "decoders")
-                   for e in (decoders_for("mask") if entry == "all" else [entry])]
+                   for e in (every if entry == "all" else [entry])]
         out = []
         for entry in entries:
             if isinstance(entry, (str, Scheduler)) or (isinstance(entry, type) and issubclass(entry, Scheduler)):

@@ -112,6 +112,7 @@ class SampleWorker:
         # stamped on every record: which checkpoint decoded it. The driver passes the digest it took of a
         # local checkpoint (no second read of every weight byte per worker); a hub download is digested here.
         self.weights = weights or weights_digest(self.lm.path)
+        self.engine.weights = self.weights  # decoders that check a file's model (a learned filter) read it
         self._tasks: dict[tuple[str, str], Any] = {}
         self._decode = threading.Lock()
 

@@ -79,6 +79,16 @@ no block loop of this kind: `generate` refuses a decoder whose declared `noise` 
 model's, in one line naming what the model needs, and hands a uniform-noise model to the renoising
 loop (ripple/platform/runtime/renoising.py), which owns each sample's random generator.
 
+A decoder that declares `cuts_canvas` (Learn2PD's end-of-text prediction) may end a row's canvas for
+good (`Plan.truncate`): the columns from the cut on become padding, every later forward of the row
+covers the canvas only up to the cut (forwards group rows by their canvas end, so a batch computes
+what single runs do), later blocks cover what is left, and the response is the shorter canvas. Under
+`dual` the block's remaining forwards keep reading the keys its opening cached, the removed columns'
+included, and the block's own cached keys are rewritten after every forward (as Fast-dLLM's dual
+cache does in place), so positions past a cut read the last forward's keys. A decoder whose
+configuration reads `rows_to_end` also gets the logits of the positions after the block up to the
+canvas end from every forward whose window reaches them (`BlockState.rest`).
+
 A decoder that declares `follows_reference` (the oracle) is run after the decoder it follows, on the
 same prompts and settings (reference.py): its block states carry that decoder's tokens, its NFE and
 clock count its own run only, and `SampleOutput.reference_nfe` the followed decoder's forwards.
@@ -201,6 +211,9 @@ class Engine:
         self.model_dir = model_dir  # where decoders find data shipped with the model (RunShape)
         # models loaded beside this one, by reference, for decoders that declare them (auxiliary.py)
         self.auxiliary: dict[str, Any] = dict(auxiliary or {})
+        # the weights digest (loading.weights_digest) for decoders that declare `checks_weights`: whoever
+        # took it sets it (a grid worker); otherwise it is taken from model_dir on first need
+        self.weights: str | None = None
 
     @classmethod
     def from_loaded(cls, lm) -> "Engine":
@@ -237,6 +250,9 @@ class Engine:
         if decoder.decides_first_position and (decoder.uses_lookahead or decoder.uses_shadow):
             raise RippleError(f"decoder {decoder.name!r} declares decides_first_position with block copies "
                               "(lookahead or shadow): the engine supports one or the other")
+        if decoder.needs_rows_beyond_block and decoder.rows_to_end:
+            raise RippleError(f"decoder {decoder.name!r} asks for the next block's rows and the rows to the canvas "
+                              "end: the engine supports one or the other")
         run = _Run(self, prompts, decoder, config, trace, observe, seeds, reference)
         decoder.prepare(self._shape(config, run.n_blocks, decoder))
         return run
@@ -254,9 +270,19 @@ class Engine:
 
     def _shape(self, config: GenerationConfig, n_blocks: Sequence[int], decoder: Scheduler) -> RunShape:
         """What a decoder checks before the run (`Scheduler.prepare`)."""
+        weights = self.weights
+        if weights is None and decoder.checks_weights and self.model_dir:
+            from .loading import weights_digest  # once per engine: it reads every weight byte
+            from pathlib import Path
+
+            try:
+                weights = self.weights = weights_digest(Path(self.model_dir))
+            except RippleError:
+                weights = None  # a model built in memory (no weight files): nothing to compare with
         return RunShape(config.gen_length, config.block_length, tuple(n_blocks),
                         int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift,
-                        models_for(decoder, self.auxiliary))
+                        cache=config.cache, eos_ids=self.eos_ids, weights=weights,
+                        models=models_for(decoder, self.auxiliary))
 
     def commits_at_opening(self, decoder: Scheduler, cache: str) -> bool:
         """Whether a block opening commits the block's first position (module docstring): on a family that
@@ -400,6 +426,8 @@ class _Run:
         self.head = engine.shift if self.opening else 0
         self.back = engine.shift - self.head
         self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
+        # canvas column where row r's canvas now ends (a decoder that `cuts_canvas`); None: not cut
+        self.limit: list[int | None] = [None] * B
         # rows that ended at an end-of-sequence id; decisions may end one mid-block under eos_early_stop, or a
         # family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule), unless tokens
         # may still be rewritten
@@ -408,6 +436,11 @@ class _Run:
                               (cfg.eos_early_stop or mid) and not (self.editing and decoder.may_edit), mid)
         # the cache policy: the windows of this run's forwards and the keys they keep (caches/)
         self.cache = cache_policy(cfg.cache)(self)
+
+    @property
+    def to_end(self) -> bool:
+        """Forwards also compute the rows after the block (`BlockState.rest`): read after `prepare`."""
+        return self.decoder.rows_to_end
 
     def count(self, rows: list[int], lookahead: bool = False) -> None:
         """One forward over `rows` of the batch, counted for those rows."""
@@ -443,9 +476,12 @@ class _Run:
                     self.t_end[r] = now
         out = []
         for r in range(self.B):
-            resp = self.canvas[r, self.starts[r]:self.starts[r] + cfg.gen_length].tolist()
+            end = self.starts[r] + cfg.gen_length
+            if self.limit[r] is not None:  # a cut canvas: the response is what is left of it
+                end = min(end, self.limit[r])
+            resp = self.canvas[r, self.starts[r]:end].tolist()
             gen = next((i for i, t in enumerate(resp) if t in e.eos_ids), len(resp))
-            out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length,
+            out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, len(resp),
                                     self.edits[r], auxiliary_nfe=tuple((k, n[r]) for k, n in self.aux_nfe.items())))
         return out
 
@@ -477,15 +513,20 @@ class _Run:
         bs = self.origin + blk * L
         be = bs + L
         ext = be if e.block_causal else self.N  # a block-causal forward sees nothing after the block
+        if any(self.limit[r] is not None for r in rows):  # cut canvases (`Plan.truncate`): the longest row's end
+            ext = min(ext, max(ext if self.limit[r] is None else self.limit[r] for r in rows))
         nxt = dec.needs_rows_beyond_block and be < self.N  # the decoder reads the next block's rows
         win = Window(*self.cache.window(bs, be, ext), bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext,
                      L if e.block_causal else None)
-        logits, kv = self.cache.open(blk, rows, win)  # [G, L (+ L next block's), V] and the steps' keys
+        # [G, L (+ L next block's, or the rows after the block to the canvas end), V] and the steps' keys
+        logits, kv = self.cache.open(blk, rows, win)
         states = {}
         for i, r in enumerate(rows):
             st = self._state(r, blk, logits[i, :L])
             # a row's last block has no next block (in a batch its columns belong to longer rows)
             st.beyond = logits[i, L:] if nxt and blk + 1 < self.n_blocks[r] else None
+            if self.to_end:
+                self._rest(r, st, logits[i, L:], be, ext)
             self._enter(st, self._window(st))
             states[r] = st
             self.cache.opened(r, st)
@@ -497,8 +538,9 @@ class _Run:
         # distributions are fresh (a post forward's, or a lookahead's that filled the block)
         live = [r for r in rows if bool(states[r].block_masked.any())]
         while live:
-            # (variants, shadow, extent or -1, the cache policy's narrower span or NO_NARROWING) -> rows
-            groups: dict[tuple[bool, bool, int, tuple[int, int]], list[int]] = {}
+            # (variants, shadow, extent or -1, the cache policy's narrower span or NO_NARROWING,
+            #  the row's canvas end or -1) -> rows
+            groups: dict[Kind, list[int]] = {}
             plans, stepping = {}, []
             for r in live:
                 st = states[r]
@@ -515,6 +557,8 @@ class _Run:
                 plan = dec.step(st)
                 check_plan(dec, plan)
                 edited = self._apply(r, st, plan.commit, plan.remask, plan.edit)
+                if plan.truncate is not None:  # after the commits: a position committed and cut is gone
+                    self._truncate(r, st, bs + plan.truncate, bs)
                 self.stops.after_decision(r, plan.commit, be)
                 plans[r] = plan
                 deferring = plan.defer and bool(st.masked.any())
@@ -523,7 +567,7 @@ class _Run:
                 w = self._window(st, leave=deferring)  # a deferred sub-block is left with its masks
                 go_on = w is not None or (self.editing and self._post_forward(r, post, filling, edited))
                 kind = (plan.variants is not None, plan.shadow, -1 if plan.extent is None else plan.extent,
-                        self.cache.narrow(r, st, plan, w))
+                        self.cache.narrow(r, st, plan, w), self._limit(r))
                 self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if go_on else None,
                            remask=plan.remask, edited=edited, phase="step" if filling else "post")
                 st.step += 1
@@ -535,9 +579,37 @@ class _Run:
             fresh = []  # rows whose resolve carried nothing: a normal forward gives their next step its rows
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
                 fresh += self._forward(groups[kind], kind, states, plans, kv, win, blk)
-            if fresh:
-                self._forward(fresh, NORMAL, states, {}, kv, win, blk)
+            self._normal(fresh, states, kv, win, blk)
             live = stepping
+        self.cache.closed(rows)  # the block is done: its cuts' columns leave the stored keys too (dual)
+
+    def _limit(self, r: int) -> int:
+        """Row r's canvas end column if a decoder cut it, else -1 (forwards group rows by it)."""
+        return -1 if self.limit[r] is None else self.limit[r]
+
+    def _truncate(self, r: int, st: BlockState, col: int, bs: int) -> None:
+        """End row r's canvas before column `col` for good (`Plan.truncate`): the columns from it on hold
+        padding, hidden from every later forward of the row (when, the cache policy says: `cut`), and later
+        blocks cover what is left."""
+        if col <= self.starts[r] or col <= bs:
+            raise RuntimeError(f"decoder {self.decoder.name!r} cut the canvas before the current block")
+        if col >= (self.ends[r] if self.limit[r] is None else self.limit[r]):
+            return  # cuts only shorten
+        self.limit[r] = self.ends[r] = col
+        self.canvas[r, col:] = self.e.pad_id
+        self.cache.cut(r, col)  # the columns become padding (under `dual` once the block is done)
+        st.fixed[col - bs:] = True  # the block's positions past the cut (no candidates, never decoded)
+        self.n_blocks[r] = min(self.n_blocks[r], -(-(col - self.origin) // self.cfg.block_length))
+
+    def _rest(self, r: int, st: BlockState, rows: torch.Tensor, be: int, extent: int) -> None:
+        """Hand row r's state the rows after its block up to its canvas end (`rows_to_end`): `rows` [n, V]
+        are the forward's rows for columns be.. extent - 1 (none when its window did not reach them)."""
+        end = min(extent, self.ends[r])
+        if rows.shape[0] < end - be or end <= be:
+            st.rest = st.rest_tokens = None
+            return
+        st.rest = rows[:end - be]
+        st.rest_tokens = self.canvas[r, be:end]
 
     def _fill_deferred(self) -> None:
         """Blocks a decoder ended with masks left (`Plan.defer`, DUS's remasks), in block order: one
@@ -609,15 +681,18 @@ class _Run:
             self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
             if still:
                 group.append(r)
-        if group:
-            self._forward(group, NORMAL, states, {}, kv, win, blk)
+        self._normal(group, states, kv, win, blk)
 
-    def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv,
-                 win: Window, blk: int) -> list[int]:
+    def _normal(self, group: list[int], states, kv, win: Window, blk: int) -> None:
+        """A normal forward for `group`'s rows, one per canvas end (rows grouped as a step's are)."""
+        for lim in sorted({self._limit(r) for r in group}):
+            self._forward([r for r in group if self._limit(r) == lim], NORMAL[:-1] + (lim,), states, {}, kv, win, blk)
+
+    def _forward(self, group: list[int], kind: Kind, states, plans, kv, win: Window, blk: int) -> list[int]:
         """One forward for `group`'s rows: the window plus the segments their plans declared. Returns the
         rows whose resolve carried no distributions and that step again: they need a normal forward."""
         e, s = self.e, self.head  # s: block positions committed at the opening
-        looks, shadow, cut, sub = kind
+        looks, shadow, cut, sub, lim = kind
         pick = self.select(group)
         master, kv = kv, self.cache.keys_for(kv, group, win)  # the block's stored keys, and `group`'s
         if sub != NO_NARROWING:  # the policy recomputes a narrower span (dual's sub-blocks)
@@ -628,7 +703,9 @@ class _Run:
             end = min(win.extent, win.lo + cut)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
             kv = kv.truncate(end) if kv is not None else None
-        pk = pack(group, plans, states, win, s, self.back, e.shift, looks, shadow, e.device)
+        if lim >= 0:  # a cut canvas (`Plan.truncate`): the policy's window ends at the cut
+            win, kv = self.cache.cut_window(win, kv, lim)
+        pk = pack(group, plans, states, win, s, self.back, e.shift, looks, shadow, e.device, self.to_end)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
                                win.lo, win.hi, pk.variants, pk.rows, shadow=shadow, beyond=pk.beyond,
                                extent=win.extent, block=win.causal,
@@ -642,6 +719,8 @@ class _Run:
             st, plan = states[r], plans.get(r)
             anchor, var, st.shadow, beyond = pk.read(out[i], st.logits, plan.variants.shape[0] if looks else 0)
             st.beyond = beyond if st.block_index + 1 < self.n_blocks[r] else None
+            if self.to_end:
+                self._rest(r, st, pk.rest_rows(out[i]), win.hi, win.extent)
             if not looks:
                 st.logits = anchor
                 continue
@@ -691,9 +770,12 @@ class _Run:
         self.trace(event)
 
 
-NORMAL = (False, False, -1, NO_NARROWING)  # a forward's kind: no variants, no shadow, the whole canvas and window
+# a step forward's kind, its rows' grouping key: (variants, shadow, shortened canvas's extent or -1, the cache
+# policy's narrower span or NO_NARROWING, the rows' canvas end after a cut or -1)
+Kind = tuple[bool, bool, int, tuple[int, int], int]
+NORMAL: Kind = (False, False, -1, NO_NARROWING, -1)  # no variants, no shadow, the whole canvas and window
 
 
-def _forward_label(kind: tuple[bool, bool, int, tuple[int, int]]) -> str:
+def _forward_label(kind: Kind) -> str:
     looks, shadow = kind[:2]
     return ("lookahead+shadow" if shadow else "lookahead") if looks else ("shadow" if shadow else "normal")

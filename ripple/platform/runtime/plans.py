@@ -36,6 +36,8 @@ def check_plan(dec: Scheduler, plan: Plan) -> None:
             raise RippleError(f"decoder {dec.name!r} planned a shortened canvas but does not declare shortens_canvas")
         if plan.variants is not None or plan.shadow:
             raise RippleError(f"decoder {dec.name!r} planned a shortened canvas with extra segments")
+    if plan.truncate is not None and not dec.cuts_canvas:
+        raise RippleError(f"decoder {dec.name!r} cut the canvas but does not declare cuts_canvas")
 
 
 def apply_decision(dec: Scheduler, mask_id: int, st: BlockState, commit: Commit, remask: torch.Tensor | None,

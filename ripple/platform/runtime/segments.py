@@ -7,7 +7,9 @@ The prediction for block position j (>= s, the positions the opening did not com
 j - s of the block and of each copy of it; without an opening commit on a shifted family it sits at
 the window row before it (`back`). The logits of one row of the batch are, in order:
   block rows [0, n_out), variant rows [n_out, v1) (m copies of n rows), shadow rows [v1, sh1),
-  the next block's rows [sh1, sh1 + L).
+  the next block's rows [sh1, sh1 + L);
+or, for a decoder that reads the rows to the canvas end (`rows_to_end`) on a forward with no segment
+whose window reaches the extent, block rows [0, n_out) then the rows after the block [n_out, n_out + rest).
 """
 from __future__ import annotations
 
@@ -33,6 +35,11 @@ class Packing:
     variants: torch.Tensor | None  # [G, m, L] the variants' tokens
     rows: torch.Tensor  # [R] the logits rows the forward returns
     beyond: tuple[int, int] | None  # canvas columns of the next block's copy (outside the window)
+    rest: int = 0  # rows after the block to the canvas end, after the block rows (`rows_to_end`)
+
+    def rest_rows(self, o: torch.Tensor) -> torch.Tensor:
+        """One row's forward output o [R, V] -> the rows after the block [rest, V] (none without)."""
+        return o[self.n_out:self.n_out + self.rest]
 
     def read(self, o: torch.Tensor, logits: torch.Tensor, m_r: int = 0):
         """One row's forward output o [R, V] against its block's current logits [L, V]: the anchor
@@ -52,12 +59,13 @@ class Packing:
 
 
 def pack(group: list[int], plans: dict[int, Plan], states: dict[int, BlockState], win: Window, s: int,
-         back: int, shift: int, looks: bool, shadow: bool, dev: torch.device) -> Packing:
+         back: int, shift: int, looks: bool, shadow: bool, dev: torch.device, to_end: bool = False) -> Packing:
     """The layout of `group`'s forward over `win` (module docstring); `looks`: their plans carry
-    variants; `shadow`: they asked for the shadow; `shift`: the family's logit shift."""
+    variants; `shadow`: they asked for the shadow; `shift`: the family's logit shift; `to_end`: the
+    decoder reads the rows after the block (`rows_to_end`)."""
     L = win.hi - win.lo
     Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
-    n_out = min(n, win.extent - win.lo + back)  # block rows computed
+    n_out = min(n, min(win.extent, win.w1) - win.lo + back)  # block rows computed (a cut window ends early)
     variants, m = None, 0
     if looks:
         m = max(plans[r].variants.shape[0] for r in group)
@@ -81,4 +89,8 @@ def pack(group: list[int], plans: dict[int, Plan], states: dict[int, BlockState]
         out_rows.append(torch.where(inside, c - win.w0, Tw + (m + shadow) * L + c - win.hi))
         if not bool(inside.all()):
             beyond = (win.hi, win.hi + L)
-    return Packing(L, s, n, n_out, m, shadow, win.next, variants, torch.cat(out_rows), beyond)
+    rest = 0  # rows after the block to the canvas end, where the window reaches them
+    if to_end and win.w1 >= win.extent and not (m or shadow or win.next):
+        rest = max(0, win.extent - win.hi)
+        out_rows.append(ar(rest) + win.hi - shift - win.w0)
+    return Packing(L, s, n, n_out, m, shadow, win.next, variants, torch.cat(out_rows), beyond, rest)

@@ -17,6 +17,7 @@ from ripple.platform.experiments.harness import RippleLM, draw_masks, mc_loglike
 from ripple.platform.runtime.engine import GenerationConfig
 from ripple.platform.runtime.loading import load_model
 from ripple.tasks import get_task
+from tests.decoders.test_invariants import FILTERS
 from tests.harness_tools import HARNESS_TASKS, METRICS, harness_env
 
 SETTINGS = {"gen_length": 16, "block_length": 8, "cache": "dual"}
@@ -73,7 +74,8 @@ def test_the_harness_and_ripple_eval_agree_problem_by_problem(harness_tasks, inc
 @pytest.mark.slow
 def test_every_decoder_runs_through_the_harness_with_nfe_and_tpf_logged(harness_tasks, include):
     for name in decoders_for("mask"):
-        lm = RippleLM(pretrained="ripple-tiny", decoder=name, gen_length=8, block_length=8, cache="none")
+        data = {"filter": FILTERS[8]} if name == "learn2pd" else {}  # a learned decoder reads its filter
+        lm = RippleLM(pretrained="ripple-tiny", decoder=name, gen_length=8, block_length=8, cache="none", **data)
         out = _evaluate(lm, [harness_tasks["humaneval"][0]], include, 1)
         (sample,) = out["samples"]["humaneval"]
         stats = sample["arguments"][0][1]["ripple"]

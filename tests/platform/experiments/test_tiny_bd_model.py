@@ -12,7 +12,7 @@ from ripple.tasks import get_task
 from tests.decoders.test_editing import EDITING, check_editing
 from ripple.testing import CountedModel as Counted
 from ripple.testing import check_invariants
-from tests.decoders.test_invariants import CACHES, TINY_DECODERS
+from tests.decoders.test_invariants import CACHES, TINY_DECODERS, decoder
 
 L = 16
 
@@ -60,7 +60,7 @@ def test_every_decoder_and_cache_keeps_the_invariants_on_ripple_tiny_bd(bd, cach
             model = Counted(bd.model)
             engine = Engine(model, mask_id=bd.mask_id, eos_ids=bd.eos_ids, pad_id=bd.pad_id)
             events = []
-            out = engine.generate([p], build(name, s), cfg, trace=events.append)[0]
+            out = engine.generate([p], decoder(name, s, block_length=L), cfg, trace=events.append)[0]
             lead = len(p) % L
             own = model.calls - (out.reference_nfe or 0)  # a follower's (the oracle's) reference run came first
             if "edit_tau" in s:
@@ -68,8 +68,9 @@ def test_every_decoder_and_cache_keeps_the_invariants_on_ripple_tiny_bd(bd, cach
                               max_post=int(s["max_post_steps"]))
             else:
                 check_invariants(out, events, own, blocks=None, block_length=L, shift=0, mask=bd.mask_id,
-                                 lead=lead, max_blocks=-(-(len(p) + 32) // L) - len(p) // L, eos=bd.eos_ids)
+                                 lead=lead, max_blocks=-(-(len(p) + 32) // L) - len(p) // L, eos=bd.eos_ids,
+                                 cut=len(out.tokens) < 32)  # a decoder that cuts the canvas (learn2pd's EoT)
             singles.append(out)
         batch = Engine(bd.model, mask_id=bd.mask_id, eos_ids=bd.eos_ids, pad_id=bd.pad_id).generate(
-            prompts, build(name, s), cfg)
+            prompts, decoder(name, s, block_length=L), cfg)
         assert [(b.tokens, b.nfe, b.edits) for b in batch] == [(o.tokens, o.nfe, o.edits) for o in singles], name

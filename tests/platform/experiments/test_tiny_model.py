@@ -89,14 +89,17 @@ def test_demo_prints_every_decoder(capsys):
 
 
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
-def test_every_decoder_runs_through_eval_and_generate_on_ripple_tiny(capsys, cache, tiny):
+def test_every_decoder_runs_through_eval_and_generate_on_ripple_tiny(capsys, cache, tiny, golden):
+    # a learned decoder reads its filter: Learn2PD's, trained on ripple-tiny for blocks of 16 (../shared/golden)
+    data = {"learn2pd": ["--set", f"filter={golden / 'learn2pd' / 'filter_block16.safetensors'}"]}
     for name in decoders_for("mask"):  # the mask decoders: ripple-tiny is a mask family
         assert main(["eval", "--model", "ripple-tiny", "--task", "pyfunc", "--decoder", name, "--limit", "2",
-                     "--cache", cache, "--json"]) == 0, name
+                     "--cache", cache, "--json", *data.get(name, [])]) == 0, name
         out = json.loads(capsys.readouterr().out)
         assert out["n"] == 2 and 0 < out["mean_nfe"] <= 48, name
         assert main(["generate", "--model", "ripple-tiny", "--prompt", "Write a function f(x) that returns x plus 3.\n",
-                     "--decoder", name, "--gen-length", "48", "--block-length", "16", "--cache", cache, "--json"]) == 0
+                     "--decoder", name, "--gen-length", "48", "--block-length", "16", "--cache", cache, "--json",
+                     *data.get(name, [])]) == 0
         gen = json.loads(capsys.readouterr().out)
         assert len(gen["tokens"]) == 48 and tiny.mask_id not in gen["tokens"], name
         assert gen["nfe"] <= 48 and (gen["lookahead_nfe"] > 0) == get(name).uses_lookahead

@@ -418,6 +418,7 @@ def test_every_decoder_and_cache_keeps_the_invariants_in_sub_blocks(golden, chec
     NFE = forwards run, batch = single runs; none and prefix decode the same tokens on block diffusion)."""
     from ripple.decoders import get, names
     from ripple.testing import check_decoder_on_model
+    from tests.decoders.test_invariants import decoder  # with the data files a decoder reads (a learned filter)
 
     lm = load_model(str(golden / checkpoint), "float32", "cpu")
     checked = 0
@@ -425,7 +426,7 @@ def test_every_decoder_and_cache_keeps_the_invariants_in_sub_blocks(golden, chec
         if get(name).noise != "mask":
             continue
         try:
-            check_decoder_on_model(lambda: build(name, {}), lm, sub_block_length=4,
+            check_decoder_on_model(lambda: decoder(name, {}, block_length=8), lm, sub_block_length=4,
                                    prompts=((12, 40, 77, 3, 90, 15), (5, 9, 33, 4, 6, 7, 8, 10)))
         except AssertionError as exc:
             raise AssertionError(f"{checkpoint}, {name}: {exc}") from None

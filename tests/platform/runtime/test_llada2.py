@@ -145,10 +145,12 @@ def test_prefix_cache_is_exact_for_finished_blocks(llada2):
 
 def test_dual_behaves_as_prefix_for_every_decoder(llada2):
     from ripple.decoders import decoders_for
+    from tests.decoders.test_invariants import decoder  # with the data files a decoder reads (a learned filter)
 
     engine = Engine.from_loaded(llada2)
     for name in decoders_for("mask"):  # a block-diffusion family takes mask decoders
-        runs = [engine.generate([[12, 40, 77, 3, 90, 15]], build(name), GenerationConfig(24, 8, cache))[0]
+        runs = [engine.generate([[12, 40, 77, 3, 90, 15]], decoder(name, {}, block_length=8),
+                                GenerationConfig(24, 8, cache))[0]
                 for cache in ("prefix", "dual")]
         assert (runs[0].tokens, runs[0].nfe) == (runs[1].tokens, runs[1].nfe), name
 

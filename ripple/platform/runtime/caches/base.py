@@ -3,7 +3,9 @@
 A policy decides, for one `generate` call: which canvas window a step's forward recomputes
 (`window`), where the block-opening forward's keys come from and whether it keeps them (`open`),
 and, for the policies that have them, narrower windows between two such forwards and when their
-stored keys are refreshed (`narrow`, `forward_narrow`, `prepare_forward`, `refresh`). The run (`_Run` in
+stored keys are refreshed (`narrow`, `forward_narrow`, `prepare_forward`, `refresh`). A canvas a
+decoder cut for good (`Plan.truncate`) ends each later window at the cut (`cut_window`), and its
+columns become padding when the policy says (`cut`, `closed`). The run (`_Run` in
 ripple/platform/runtime/engine.py) keeps the block loop; it asks its policy and never branches on
 the policy's name. One instance lives per run, so a policy may keep keys across blocks.
 
@@ -13,7 +15,7 @@ The run is named, not imported (engine.py imports this package): a policy reads 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -66,21 +68,29 @@ class CachePolicy:
         """Recompute canvas columns [o0, extent) for `rows` (keys before o0 from `past`), counted for
         them: the block's predictions (the prediction for canvas position i is read at row i - shift),
         then, for a decoder that reads them, the next block's (window rows, or beyond the extent a
-        copy of that block)."""
+        copy of that block) or the rows after the block to the extent (`opening_rest`)."""
         run, e = self.run, self.run.e
         bs, be, ext = win.lo, win.hi, win.extent
         L, s = be - bs, e.shift
         beyond = (be, be + L) if win.next and be >= ext else None
         ar = lambda n: torch.arange(n, device=e.device)  # noqa: E731
-        # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before)
-        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0)]
-                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if win.next else []))
+        rest = self.opening_rest(win)
+        # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before;
+        # a block a cut left shorter reads its last row for the positions past the cut, which are never decoded)
+        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0, max=ext - o0 - 1)]
+                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if win.next else [])
+                         + ([ar(rest) + be - s - o0] if rest else []))
         pick = run.select(rows)
         out = e.forward_window(pick(run.canvas), pick(run.positions), pick(run.pad), past, o0, ext, bs, be,
                                None, want, beyond=beyond, extent=ext, block=win.causal,
                                return_kv=self.stores_keys)  # [G, len(want), V]
         run.count(rows)
         return out if self.stores_keys else (out, None)
+
+    def opening_rest(self, win: Window) -> int:
+        """Rows after the block up to the extent that the opening computes (a decoder that `rows_to_end`),
+        at rows shifted like the block's, after its block rows."""
+        return max(0, win.extent - win.hi) if self.run.to_end else 0
 
     def opened(self, r: int, st: BlockState) -> None:
         """Row r's block state right after the opening forward, before any commit."""
@@ -106,6 +116,21 @@ class CachePolicy:
 
     def refresh(self, kv: KVCache, fresh: KVCache, group: list[int], win: Window) -> None:
         """Write the block's keys of a refreshing forward (`fresh`, `group`'s rows) into `kv`."""
+
+    def cut_window(self, win: Window, kv: KVCache | None, end: int) -> tuple[Window, KVCache | None]:
+        """The window and keys of a forward for rows whose canvas a decoder cut before column `end`
+        (`Plan.truncate`): nothing from the cut on exists (no rows beyond the block)."""
+        end = min(win.extent, end)
+        win = replace(win, w1=min(win.w1, end), extent=end, next=False)
+        return win, kv.truncate(end) if kv is not None else None
+
+    def cut(self, r: int, col: int) -> None:
+        """Row r's canvas was cut before column `col`: the columns from it on are padding to every later
+        forward, at once here."""
+        self.run.pad[r, col:] = True
+
+    def closed(self, rows: list[int]) -> None:
+        """The block of `rows` is done (its forwards are over), before the next one opens."""
 
 
 def kv_rows(kv: KVCache, index: dict[int, int], rows: list[int], device: torch.device) -> KVCache:

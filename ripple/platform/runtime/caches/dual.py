@@ -9,8 +9,16 @@ only the sub-block, and the row's block keys come from a forward over the whole 
 decisions read: the rest of the block's keys are those of the last such forward, stale where later
 commits changed the block, as Fast-dLLM v2's block cache is; every forward over the whole block
 refreshes them.
+
+A canvas a decoder cut (`Plan.truncate`, Learn2PD): the block's remaining forwards end their window at
+the cut but keep reading the keys the opening stored outside it, the removed columns' included; those
+columns become padding once the block is done (from the next opening on). The block's own stored keys
+are rewritten by every forward over the whole block (as Fast-dLLM's dual cache does in place), so block
+positions past a cut read the last such forward's keys.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -28,6 +36,10 @@ class DualCache(PrefixCache):
         self.sub_blocks = run.cfg.sub_block < run.cfg.block_length
         # row -> whether its stored block keys come from a forward its decisions read (sub-blocks only)
         self.snap: dict[int, bool] = {}
+        # the stored block keys are refreshed by every forward over the whole block: with sub-blocks, and
+        # for a decoder that cuts the canvas (the block positions past a cut read them)
+        self.refreshes = self.sub_blocks or run.decoder.cuts_canvas
+        self.pad_at_close: dict[int, int] = {}  # row -> column of a cut in this block, padding once it is done
 
     def window(self, bs: int, be: int, ext: int) -> tuple[int, int]:
         return bs, be
@@ -62,7 +74,7 @@ class DualCache(PrefixCache):
             st.shadow = None
 
     def prepare_forward(self, group: list[int], cut: int) -> bool:
-        refresh = self.sub_blocks and cut < 0  # a forward over the whole block refreshes its keys
+        refresh = self.refreshes and cut < 0  # a forward over the whole block refreshes its keys
         if self.sub_blocks:
             for r in group:
                 self.snap[r] = refresh
@@ -70,6 +82,16 @@ class DualCache(PrefixCache):
 
     def refresh(self, kv: KVCache, fresh: KVCache, group: list[int], win: Window) -> None:
         at = torch.tensor([win.row_pos[r] for r in group], device=self.run.e.device)
-        for lk, fk in ((kv.keys, fresh.keys), (kv.values, fresh.values)):
-            for old, new in zip(lk, fk):
-                old[at, :, win.lo:win.hi] = new[:, :, win.lo:win.hi]
+        kv.overwrite(at, fresh, win.lo, win.hi)
+
+    def cut_window(self, win: Window, kv: KVCache | None, end: int) -> tuple[Window, KVCache | None]:
+        # the window ends at the cut; the stored keys (the canvas's, to the extent) stay the opening's
+        return replace(win, w1=min(win.w1, end), next=False), kv
+
+    def cut(self, r: int, col: int) -> None:
+        self.pad_at_close[r] = col  # the opening's stored keys of those columns stay readable until then
+
+    def closed(self, rows: list[int]) -> None:
+        for r in rows:
+            if r in self.pad_at_close:
+                self.run.pad[r, self.pad_at_close.pop(r):] = True

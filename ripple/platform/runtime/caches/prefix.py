@@ -49,7 +49,8 @@ class PrefixCache(CachePolicy):
         if opened:
             logits, kv = self.opening_forward(opened, past, o0, win)
         if pre is not None and len(opened) < len(rows):
-            logits, kv = _with_prefill(rows, opened, pre, logits, kv, L * (1 + win.next), win.hi)
+            logits, kv = _with_prefill(rows, opened, pre, logits, kv, L * (1 + win.next) + self.opening_rest(win),
+                                       win.hi)
         if e.block_causal:
             self.finished = (kv, {r: i for i, r in enumerate(rows)})
         return logits, kv

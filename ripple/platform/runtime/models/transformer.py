@@ -72,6 +72,12 @@ class KVCache:
         """The first n positions (the canvas, without packed segments appended after it)."""
         return KVCache([k[:, :, :n] for k in self.keys], [v[:, :, :n] for v in self.values])
 
+    def overwrite(self, rows: torch.Tensor, fresh: "KVCache", lo: int, hi: int) -> None:
+        """In place: batch rows `rows` of positions [lo, hi) take `fresh`'s (whose batch is those rows)."""
+        for mine, new in ((self.keys, fresh.keys), (self.values, fresh.values)):
+            for old, f in zip(mine, new):
+                old[rows, :, lo:hi] = f[:, :, lo:hi]
+
     def merge(self, fresh: "KVCache", w0: int, w1: int, n: int) -> "KVCache":
         """Canvas positions [0, n): these keys outside [w0, w1), `fresh`'s first w1 - w0 inside
         (`fresh`: the keys of a forward that recomputed that window)."""

@@ -1,0 +1,231 @@
+"""`learn2pd`: Learn2PD, learned parallel decoding (Bao et al., arXiv 2509.25188; ims-kdks/Learning-to-
+Parallel-Decoding, `llada/generate.py` at 342293c), exact against its loops as ../shared/golden/README.md
+("Learn2PD") states them.
+
+Per forward of a block: x0 = argmax over the whole vocabulary and p = its softmax probability at every
+block position (committed ones included). A small trained filter (ripple/decoders/filters.py) reads p
+over the block's B positions, float32, and accepts the masked positions where sigmoid(logit) > threshold
+(compared in float32); on top, LLaDA's floor commits the k most probable masked positions, k from the
+schedule fixed at the block's start (m masks over S = steps / blocks steps: m // S each, one more for
+the first m % S) and indexed by the block's forward counter; the union takes x0. Ties of the floor
+break as torch.topk breaks them on the vector the reference builds: p at the block's masked positions,
+-inf elsewhere, as long as the forward's input (the canvas; the cache window), in its dtype.
+
+End of text (`eot=true`): after the commit the canvas is cut for good after the first position the
+filter accepted whose x0 is the end-of-text id, else after the most confident masked position whose
+x0 is (lowest position on ties); the cut position stays. Later forwards see the shorter canvas and the
+response is shorter than gen_length.
+
+Caches select the reference's three loops:
+- `none`: `generate_learn2parallel` / `generate_l2p_eot` (`generate` and `generate_predict_eot` with
+  filter=none): p in the logits' dtype; EoT candidates are the masked positions of the whole canvas,
+  later blocks included (the engine hands them over as `BlockState.rest`);
+- `prefix`, `dual`: `generate_with_prefix_cache` / `generate_with_dual_cache`: p in float64 (their
+  `get_transfer_index`), EoT candidates only in the current block; the engine's prefix and dual
+  windows are the reference's (dual: after a cut the block's forwards still read the opening's cached
+  keys of the removed suffix). The reference has these only with the filter and EoT; Ripple runs the
+  same loop without them (filter=none: the floor alone; eot=false: no cut).
+
+Float32 probabilities saturate at 1.0, so ties decide many commits and a softmax's last bit matters:
+torch's CPU softmax sums in as many lanes as the machine's vectors hold, and the golden files were made
+with 16 (AVX-512). Ripple computes float32 probabilities in that fixed order on every machine
+(`softmax_like_reference`); on an 8-lane (AVX2) CPU torch.softmax would tie positions the reference
+ranked apart (2 of the 40 public cases).
+
+Where the reference stops: its filter takes exactly B inputs, so a block that a cut left shorter than B
+while it still holds masks raises a shape error there. Ripple makes every forward before that point as
+the reference does and then feeds the filter the block's p padded to B with zeros (the positions cut
+away are no candidates), so every run ends complete. Other departures: a selected x0 that is the mask id
+commits the most probable other token; a forward past the schedule (only if a block could not finish
+in S forwards) commits at least one token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import RippleError
+from ..lazy import torch
+from .base import BlockState, Commit, Plan, RunShape, Scheduler, most_confident, top1
+from .filters import NO_FILTER, file_sha256, load_filter, WEIGHTS_FILE
+from .params import HyperParams, choice, hp, text
+from .registry import register
+
+SHIPPED = "learn2pd_filter"  # the filter a model ships in its folder (a `save_filter` directory)
+FEATURES = ("confidence",)  # what the filter reads per block position: the argmax token's probability
+
+
+@dataclass(frozen=True)
+class Learn2PDParams(HyperParams):
+    filter: str = text("", doc="the filter (a directory from `ripple learn train`, or a .safetensors file); "
+                       "none: no filter (LLaDA's generate); empty: the model's shipped learn2pd_filter/")
+    threshold: float = hp(0.96, 0.0, 1.0, doc="accept a masked position where sigmoid(filter logit) > threshold",
+                          search=(0.8, 0.995))
+    eot: str = choice("false", ("false", "true"), doc="cut the canvas after a predicted end of text")
+    steps: int = hp(0, 0, None, doc="forwards in all, divided evenly among the blocks (0: block_length per block)")
+
+
+def filter_path(params: Learn2PDParams, model_dir: str | None) -> str | None:
+    """The filter file or directory a configuration reads: its `filter`, the model's shipped one for
+    the empty default, None for filter=none or when the model ships none."""
+    if params.filter == NO_FILTER:
+        return None
+    if params.filter:
+        return params.filter
+    if model_dir and (Path(model_dir) / SHIPPED / WEIGHTS_FILE).is_file():
+        return str(Path(model_dir) / SHIPPED)
+    return None
+
+
+LANES = 16  # float32 lanes of the reduction in the softmax that made the golden files (an AVX-512 CPU)
+
+
+def softmax_like_reference(logits: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim in the logits' dtype, as the reference's F.softmax computes it; for
+    float32 in a fixed order, so that its last bit (which decides Learn2PD's many ties at 1.0) is the
+    same on every machine: exp(x - max), summed in 16 float32 lanes chunk by chunk and the lanes then
+    halved pairwise, times 1 / sum, as torch's CPU kernel does with AVX-512 vectors (the golden files'
+    machine; an AVX2 CPU sums in 8 lanes and ties positions the reference ranked apart).
+    [..., V] -> [..., V]."""
+    if logits.dtype != torch.float32:
+        return torch.softmax(logits, dim=-1)
+    import numpy as np
+
+    shape = logits.shape
+    rows = logits.detach().reshape(-1, shape[-1]).cpu()  # [R, V]
+    e = torch.exp(rows - rows.max(dim=-1, keepdim=True).values)  # [R, V]
+    pad = (-shape[-1]) % LANES  # zeros leave a lane's sum unchanged
+    chunks = torch.nn.functional.pad(e, (0, pad)).numpy().reshape(rows.shape[0], -1, LANES)  # [R, C, 16]
+    acc = torch.from_numpy(np.add.reduce(chunks, axis=1))  # [R, 16]: lane sums, chunk after chunk
+    while acc.shape[1] > 1:
+        half = acc.shape[1] // 2
+        acc = acc[:, :half] + acc[:, half:]
+    return (e * (1 / acc)).reshape(shape).to(logits.device)
+
+
+@register
+class Learn2PD(Scheduler):
+    name = "learn2pd"
+    display_order = 86
+    Params = Learn2PDParams
+    cuts_canvas = True
+    checks_weights = True
+    learned = True
+    response_steps_params = ("steps",)
+
+    @property
+    def rows_to_end(self) -> bool:
+        # end-of-text candidates run to the canvas end only in the cacheless loop
+        return self.params.eot == "true" and getattr(self, "_cache", "none") == "none"
+
+    @classmethod
+    def artifacts(cls, params: HyperParams, model_dir: str | None) -> dict[str, str]:
+        path = filter_path(params, model_dir)
+        if path is None:
+            return {}
+        where = Path(path).expanduser()
+        weights = where / WEIGHTS_FILE if where.is_dir() else where
+        return {"filter": file_sha256(weights)} if weights.is_file() else {}
+
+    def prepare(self, shape: RunShape) -> None:
+        steps = self.params.steps
+        for n in sorted(set(shape.n_blocks)) if steps else ():
+            if steps % n:
+                raise RippleError(f"learn2pd steps={steps} must be a multiple of the number of blocks ({n}: "
+                                  f"gen_length {shape.gen_length}, block_length {shape.block_length})")
+        # the run's configuration (never a sample's state): every generate call sets it anew
+        self._cache, self._eos = shape.cache, tuple(shape.eos_ids)
+        path = filter_path(self.params, shape.model_dir)
+        if path is None and self.params.filter != NO_FILTER:
+            model = shape.model_dir or "this model"
+            raise RippleError(f"learn2pd: {model} ships no filter ({SHIPPED}/); train one with `ripple learn label` "
+                              f"and `ripple learn train` and pass --set filter=DIR, or filter=none (LLaDA's generate)")
+        self._filter = load_filter(path, shape.block_length, shape.weights) if path else None
+        if self._filter is not None and self._filter.card.features != FEATURES:
+            raise RippleError(f"learn2pd: filter {path!r} reads {', '.join(self._filter.card.features)}; this decoder "
+                              f"feeds its filters {', '.join(FEATURES)}")
+
+    def step(self, state: BlockState) -> Plan:
+        L = state.tokens.shape[0]
+        memo, sample = state.memory, state.sample_memory
+        if "end" not in sample:  # the canvas end, in response positions (cuts shorten it): the last block's end
+            sample.update(end=state.response_offset + state.n_blocks * L, blocks=state.n_blocks)
+        if not memo:  # the block's schedule, fixed at its start
+            per_block = self.params.steps // sample["blocks"] if self.params.steps else L
+            m = int(state.block_masked.sum())
+            memo.update(i=0, quota=[m // per_block + (1 if i < m % per_block else 0) for i in range(per_block)])
+        i = memo["i"]
+        memo["i"] += 1
+        k = memo["quota"][i] if i < len(memo["quota"]) else 1
+        cached = self._cache != "none"
+        off = state.response_offset  # block position j is response position off + j
+        inside = max(0, min(L, sample["end"] - off))  # block positions still on the canvas
+        logits = state.logits  # [L, V]
+        x0 = logits.argmax(dim=-1)  # [L], the mask id included
+        p = (torch.softmax(logits.double(), dim=-1) if cached else softmax_like_reference(logits)) \
+            .gather(-1, x0[:, None]).squeeze(-1)  # [L]: get_transfer_index's float64, else the logits' dtype
+        masked = state.masked.clone()
+        masked[inside:] = False
+        accepted = torch.zeros_like(masked)
+        if self._filter is not None:
+            feats = torch.zeros(1, self._filter.card.block_length or L, dtype=torch.float32)  # [1, B]: zeros past a cut
+            feats[0, :inside] = p[:inside].float().cpu()
+            sig = torch.sigmoid(self._filter.module(feats))[0, :L].to(masked.device)  # [L] float32
+            accepted = (sig > self.params.threshold) & masked
+        floor = self._floor(state, p, masked, k, inside)
+        chosen = accepted | floor
+        if not bool(chosen.any()):
+            if not bool(masked.any()):
+                return Plan()
+            return Plan(most_confident(state))
+        pos = chosen.nonzero().squeeze(-1)
+        tokens = x0[pos]
+        if bool((tokens == state.mask_id).any()):  # never commit the mask id: the best other token instead
+            tokens = torch.where(tokens == state.mask_id, top1(state)[0][pos], tokens)
+        info = {"k": k, "accepted": int(accepted.sum())}
+        cut = self._cut(state, x0, p, accepted, masked, cached) if self.params.eot == "true" else None
+        if cut is not None and off + cut < sample["end"]:
+            sample["end"] = off + cut
+            info["cut"] = off + cut  # the response's length after the cut
+            return Plan(Commit(pos, tokens), truncate=cut, info=info)
+        return Plan(Commit(pos, tokens), info=info)
+
+    def _floor(self, state: BlockState, p: torch.Tensor, masked: torch.Tensor, k: int, inside: int) -> torch.Tensor:
+        """The top-k floor [L] bool, from torch.topk over the reference's vector: p at the block's masked
+        positions, -inf elsewhere, as long as the forward's input (ties depend on it below 64 entries)."""
+        L = masked.shape[0]
+        end = state.sample_memory["end"]
+        if self._cache == "dual":
+            start, n = 0, inside  # the window: the block up to the canvas end
+        elif self._cache == "prefix":
+            start, n = 0, end - state.response_offset  # the window: the block start to the canvas end
+        else:
+            start = state.prompt_length + state.response_offset  # the whole canvas
+            n = state.prompt_length + end
+        vec = torch.full((max(n, start + inside),), float("-inf"), dtype=p.dtype, device=p.device)
+        vec[start:start + inside] = torch.where(masked[:inside], p[:inside], torch.full_like(p[:inside], float("-inf")))
+        picked = torch.topk(vec, min(k, vec.numel())).indices - start  # [k] block positions
+        floor = torch.zeros(L, dtype=torch.bool, device=masked.device)
+        picked = picked[(picked >= 0) & (picked < L)]
+        floor[picked] = True
+        return floor & masked  # a pick among -inf entries writes nothing (the reference rewrites the same token)
+
+    def _cut(self, state: BlockState, x0: torch.Tensor, p: torch.Tensor, accepted: torch.Tensor,
+             masked: torch.Tensor, cached: bool) -> int | None:
+        """The block offset where the canvas now ends, or None: after the first accepted end-of-text
+        position, else after the most confident masked end-of-text candidate (the current block's
+        under a cache, the whole canvas's otherwise), the lowest position on ties."""
+        eos = torch.tensor(self._eos, dtype=x0.dtype, device=x0.device)
+        ends = torch.isin(x0, eos)  # [L]
+        first = (accepted & ends).nonzero()
+        if first.numel():
+            return int(first[0]) + 1
+        conf = torch.where(masked & ends, p, torch.full_like(p, float("-inf")))  # [L]
+        if not cached and state.rest is not None:  # masked positions after the block, to the canvas end
+            rest_x0 = state.rest.argmax(dim=-1)  # [n]
+            rest_p = softmax_like_reference(state.rest).gather(-1, rest_x0[:, None]).squeeze(-1).to(p.dtype)
+            rest_ok = (state.rest_tokens == state.mask_id) & torch.isin(rest_x0, eos)
+            conf = torch.cat((conf, torch.where(rest_ok, rest_p, torch.full_like(rest_p, float("-inf")))))
+        if not bool(torch.isfinite(conf).any()):
+            return None
+        return int(torch.argmax(conf)) + 1
