@@ -48,7 +48,7 @@ from ..errors import RippleError
 from ..lazy import torch
 from .base import BlockState, Commit, Plan, RunShape, Scheduler, most_confident, top1
 from .filters import NO_FILTER, file_sha256, load_filter, WEIGHTS_FILE
-from .params import HyperParams, choice, hp, text
+from .params import HyperParams, flag, hp, text
 from .registry import register
 
 SHIPPED = "learn2pd_filter"  # the filter a model ships in its folder (a `save_filter` directory)
@@ -61,7 +61,7 @@ class Learn2PDParams(HyperParams):
                        "none: no filter (LLaDA's generate); empty: the model's shipped learn2pd_filter/")
     threshold: float = hp(0.96, 0.0, 1.0, doc="accept a masked position where sigmoid(filter logit) > threshold",
                           search=(0.8, 0.995))
-    eot: str = choice("false", ("false", "true"), doc="cut the canvas after a predicted end of text")
+    eot: bool = flag(False, doc="cut the canvas after a predicted end of text")
     steps: int = hp(0, 0, None, doc="forwards in all, divided evenly among the blocks (0: block_length per block)")
 
 
@@ -116,7 +116,7 @@ class Learn2PD(Scheduler):
     @property
     def rows_to_end(self) -> bool:
         # end-of-text candidates run to the canvas end only in the cacheless loop
-        return self.params.eot == "true" and getattr(self, "_cache", "none") == "none"
+        return self.params.eot and getattr(self, "_cache", "none") == "none"
 
     @classmethod
     def artifacts(cls, params: HyperParams, model_dir: str | None) -> dict[str, str]:
@@ -183,7 +183,7 @@ class Learn2PD(Scheduler):
         if bool((tokens == state.mask_id).any()):  # never commit the mask id: the best other token instead
             tokens = torch.where(tokens == state.mask_id, top1(state)[0][pos], tokens)
         info = {"k": k, "accepted": int(accepted.sum())}
-        cut = self._cut(state, x0, p, accepted, masked, cached) if self.params.eot == "true" else None
+        cut = self._cut(state, x0, p, accepted, masked, cached) if self.params.eot else None
         if cut is not None and off + cut < sample["end"]:
             sample["end"] = off + cut
             info["cut"] = off + cut  # the response's length after the cut

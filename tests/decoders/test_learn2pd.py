@@ -249,7 +249,7 @@ def test_the_filters_sha256_is_part_of_the_cell_id(tmp_path):
     def cell(**params):
         return Cell(model="ripple-tiny", task="arith", decoder="learn2pd", limit=2, gen_length=48, block_length=16,
                     cache="none", seed=0, dtype="float32", chat=False, split="test", stop_at_eos=False,
-                    params=tuple(sorted({"eot": "false", "filter": "", "steps": 0, "threshold": 0.96, **params}.items())))
+                    params=tuple(sorted({"eot": False, "filter": "", "steps": 0, "threshold": 0.96, **params}.items())))
 
     torch.manual_seed(4)
     save_filter(tmp_path / "f", build_filter("learn2pd", 16), FilterCard("learn2pd", 16, ("confidence",)))
