@@ -17,7 +17,8 @@ _LAZY = {**dict.fromkeys(("load", "generate", "evaluate", "grid", "sweep", "lead
                           "Generation", "Evaluation"), "ripple.api"),
          **dict.fromkeys(("Scheduler", "BlockState", "Plan", "Commit", "Lookahead", "Resolution", "RunShape"),
                          "ripple.decoders"),
-         "HyperParams": "ripple.decoders.params", "hp": "ripple.decoders.params", "choice": "ripple.decoders.params"}
+         "HyperParams": "ripple.decoders.params", "hp": "ripple.decoders.params", "choice": "ripple.decoders.params",
+         "flag": "ripple.decoders.params"}
 
 __all__ = ["RippleError", *_LAZY]
 

@@ -220,8 +220,9 @@ def check_invariants(out, events, calls, *, blocks, block_length, shift, mask=SC
             assert net >= t, f"no progress: {e}"
     # no forward once a block is complete: one opening forward per block, then exactly one forward
     # per step (and per shifted opening commit) except the one that completes the block, plus one
-    # per block filled after the last
-    run = [e for e in steps + opens if e["forward"] is not None]
+    # per resolve that carried nothing into a step to come, plus one per block filled after the last
+    resolves = [e for e in events if e["phase"] == "resolve"]
+    run = [e for e in steps + opens + resolves if e["forward"] is not None]
     assert out.nfe == blocks + len(run) + len(fills), "a forward that no decision asked for, or one missing"
     assert sum(e["forward"] is None for e in steps + opens) == blocks, "a block went on after it was complete"
 

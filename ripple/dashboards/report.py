@@ -619,7 +619,9 @@ FAILURES_TEXT = (
     "differing from the reference's final token at that position. parallel % = that commit was decided from a "
     "forward whose outputs committed two or more tokens (a lookahead's resolve and the step using its carried "
     "distributions count as one forward); duplicate % = that forward committed the wrong token at two or more "
-    "positions. Trace pages: the sample under `default` and the decoder (`ripple trace`), parallel failures first.")
+    "positions; twice % = the decode ended with that wrong token at two or more positions, "
+    "more than the reference's answer has it at, whichever forwards wrote them. Trace pages: the sample under `default` and the decoder (`ripple trace`), "
+    "parallel failures first.")
 
 
 def failure_tables(records: pl.DataFrame, cells: pl.DataFrame, folder: Path, pages: int = 5,
@@ -654,12 +656,13 @@ def failure_tables(records: pl.DataFrame, cells: pl.DataFrame, folder: Path, pag
                 write_page(page, folder / name)
                 links.append(f"[{i}]({name})")
             pct = lambda v: "-" if v is None else f"{100 * v:.1f}"  # noqa: E731
-            body.append((c["label"], str(n.wrong), pct(n.parallel_share), pct(n.duplicate_share), " ".join(links)))
+            body.append((c["label"], str(n.wrong), pct(n.parallel_share), pct(n.duplicate_share), pct(n.twice_share),
+                         " ".join(links)))
         if body:
             vary = _varying(cells, BASELINE)
             title = f"Parallel failures, {key['task']}: {_describe(key, vary | {'model'})}"
             tables.append(Table("failures", title, ("decoder", "wrong where default is right", "parallel %",
-                                                    "duplicate %", "trace pages"), tuple(body)))
+                                                    "duplicate %", "twice %", "trace pages"), tuple(body)))
     return tables
 
 

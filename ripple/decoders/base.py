@@ -5,7 +5,8 @@ Per step the engine hands a decoder one sample's `BlockState` and receives a `Pl
 tokens to commit (and, for remasking decoders, positions to remask) and optionally
 block variants to evaluate in one packed lookahead forward. After a lookahead the
 decoder's `resolve` picks what to commit and which distributions to carry into the next
-step, so no extra forward is run. A plan may also ask for the leave-one-out shadow of the
+step, so no extra forward is run (or carries none, `Resolution.logits` None: the engine then runs
+a normal forward on the canvas with the resolve's commit written, and the next step reads it). A plan may also ask for the leave-one-out shadow of the
 block (WINO's verification): the engine packs it into the step's forward and hands its
 logits to the next step as `BlockState.shadow`. A decoder that declares
 `needs_rows_beyond_block` (KLASS, whose distribution history runs across block boundaries)
@@ -161,7 +162,9 @@ class Lookahead:
 @dataclass(frozen=True)
 class Resolution:
     commit: Commit
-    logits: torch.Tensor  # [L, V] distributions carried into the next step (no forward)
+    # [L, V] distributions carried into the next step (no forward); None: nothing carried, a normal
+    # forward on the canvas (the commit written) gives the next step its distributions
+    logits: torch.Tensor | None
     info: dict[str, Any] = field(default_factory=dict)
 
 

@@ -9,6 +9,9 @@ from typing import Any, ClassVar
 
 from ..errors import RippleError
 
+# a flag's spellings: YAML's true/false arrive as Python's True/False (`str` gives "True"/"False")
+FLAG_WORDS = {"true": True, "false": False}
+
 
 def hp(default, lo=None, hi=None, *, lo_open=False, hi_open=False, name=None, doc="", search=None, new=False):
     """A hyperparameter field with its accepted range [lo, hi] (open ends when *_open).
@@ -29,6 +32,14 @@ def choice(default: str, options: tuple[str, ...], *, name=None, doc="", search=
     return field(default=default, metadata=meta)
 
 
+def flag(default: bool, *, name=None, doc="", new=False):
+    """A hyperparameter that is on or off (`true`/`false` in specs and `--set`), e.g. an ablation's switch.
+    `new` as for `hp`."""
+    meta = {"flag": True, "lo": None, "hi": None, "lo_open": False, "hi_open": False, "name": name, "doc": doc,
+            "search": None, "new": new}
+    return field(default=bool(default), metadata=meta)
+
+
 def text(default: str = "", *, name=None, doc=""):
     """A free-text hyperparameter (a file path, say): never searched, checked by its decoder."""
     meta = {"text": True, "lo": None, "hi": None, "lo_open": False, "hi_open": False, "name": name, "doc": doc,
@@ -39,6 +50,8 @@ def text(default: str = "", *, name=None, doc=""):
 def range_text(meta: dict, kind: type) -> str:
     if meta.get("text"):
         return "any text"
+    if meta.get("flag"):
+        return "true or false"
     if meta.get("choices"):
         return f"one of {', '.join(meta['choices'])}"
     lo, hi = meta["lo"], meta["hi"]
@@ -61,7 +74,7 @@ class HyperParams:
             kind = field_kind(f)
             meta = f.metadata
             pub = public_name(f)
-            ok = isinstance(value, kind) and not isinstance(value, bool)
+            ok = isinstance(value, bool) if kind is bool else isinstance(value, kind) and not isinstance(value, bool)
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(self, f.name, float(value))
                 value, ok = float(value), True
@@ -96,6 +109,12 @@ class HyperParams:
                 raise RippleError(f"decoder {decoder!r} has no hyperparameter {key!r}; accepted: {accepted}")
             f = fields[key]
             kind = field_kind(f)
+            if kind is bool:
+                value = FLAG_WORDS.get(str(raw).strip().lower())
+                if value is None:
+                    raise RippleError(f"{decoder} hyperparameter {key}={raw!r} is invalid; accepted: true or false")
+                kwargs[f.name] = value
+                continue
             try:
                 value = int(raw, 10) if kind is int else kind(raw)
             except ValueError:
@@ -119,5 +138,6 @@ def public_name(f: dataclasses.Field) -> str:
 
 
 def field_kind(f: dataclasses.Field) -> type:
-    """float, int, or str (a `choice` field)."""
-    return f.type if isinstance(f.type, type) else {"float": float, "int": int, "str": str}.get(str(f.type), float)
+    """float, int, str (a `choice` field) or bool (a `flag` field)."""
+    return f.type if isinstance(f.type, type) else {"float": float, "int": int, "str": str,
+                                                    "bool": bool}.get(str(f.type), float)

@@ -45,7 +45,7 @@ def label(decoder: Scheduler | type[Scheduler]) -> str:
 
 def check_decoder_class(name: str, obj) -> None:
     """A usable decoder plugin: a concrete Scheduler subclass named `name` whose Params is a frozen
-    HyperParams dataclass of number or text fields made with hp/choice/text, valid at its defaults."""
+    HyperParams dataclass of number, text or on/off fields made with hp/choice/text/flag, valid at its defaults."""
     if not (isinstance(obj, type) and issubclass(obj, Scheduler)):
         raise TypeError(f"{obj!r} is not a subclass of ripple.decoders.Scheduler")
     if getattr(obj, "__abstractmethods__", None):
@@ -62,8 +62,8 @@ def check_decoder_class(name: str, obj) -> None:
     if not params.__dataclass_params__.frozen:
         raise TypeError(f"{params.__qualname__} is not frozen")
     for f in dataclasses.fields(params):
-        if "lo" not in f.metadata or field_kind(f) not in (int, float, str):
-            raise TypeError(f"{params.__qualname__}.{f.name} is not declared with hp(), choice() or text()")
+        if "lo" not in f.metadata or field_kind(f) not in (int, float, str, bool):
+            raise TypeError(f"{params.__qualname__}.{f.name} is not declared with hp(), choice(), flag() or text()")
     params.decoder_name = name
     params()  # the defaults pass the dataclass's own checks
 

@@ -7,6 +7,11 @@ probability) plus MASK are evaluated in one packed lookahead forward, and the ca
 with the lowest mean downstream entropy, regularised by lambda * log plausibility, wins.
 The winner's distributions are carried into the next step, so no extra forward runs.
 
+`carry` (issue 59) switches that carried step off for a measurement of what it costs: with
+`carry=false` nothing is carried, and the engine runs a normal forward on the canvas (the pivot's
+token written, or the MASK kept) before the next step, one more forward per lookahead that does
+not end the block. Algorithm 1 is `carry=true`, the default.
+
 `pivot` selects the pivot rule for the paper's ablation (its Figure 3, middle):
 `truncated_entropy` is Algorithm 1; `max_entropy` drops the reachability filter (the
 largest truncated entropy over every remaining masked position); `max_confidence` takes
@@ -16,7 +21,8 @@ Token editing (`edit_tau`, `max_post_steps`; ripple/decoders/editing.py; off by 
 new, no published decoder combines it with a lookahead pivot: each step also rewrites decoded
 tokens of the block by the shared edit rule, judged on the distributions the step reads, which
 after a lookahead are the winning variant's (carried over, the block with the pivot's token in
-place); the variants are built from the block with the step's commits and edits written.
+place; with `carry=false` the fresh forward's); the variants are built from the block with the
+step's commits and edits written.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from ..lazy import torch
 from .base import BlockState, Commit, Lookahead, Plan, Resolution, Scheduler, entropy
 from .confidence import threshold_commit
 from .editing import TokenEditing, edit_tau_hp, max_post_steps_hp
-from .params import HyperParams, choice, hp
+from .params import HyperParams, choice, flag, hp
 from .registry import register
 
 
@@ -48,6 +54,8 @@ class RPSParams(HyperParams):
     r: float = hp(0.1, 0.0, 1.0, doc="candidate if probability >= r * top-1 probability", search=(0.01, 0.5))
     lam: float = hp(0.2, 0.0, 100.0, name="lambda", doc="plausibility weight", search=(0.0, 0.5))
     pivot: str = choice("truncated_entropy", PIVOT_RULES, doc="pivot rule (the paper's Figure 3 ablation)")
+    carry: bool = flag(True, doc="the step after a lookahead reads the winner's distributions (Algorithm 1); "
+                             "false: a fresh forward first", new=True)
     edit_tau: float = edit_tau_hp()
     max_post_steps: int = max_post_steps_hp()
 
@@ -121,7 +129,9 @@ class RPS(TokenEditing, Scheduler):
                  for c, h, a, s in zip(cands, h_tok, a_tok, scores)]
         table.append({"token": "MASK", "entropy": float(h_mask), "plausibility": float(a_mask), "score": float(scores[-1])})
         info = {"pivot": pivot, "candidates": table}
+        carry = self.params.carry  # h. carry the winner's distributions, or none (the engine runs a forward)
         if best == cands.numel():
-            return Resolution(Commit(), look.anchor, {**info, "chosen": "MASK"})
+            return Resolution(Commit(), look.anchor if carry else None, {**info, "chosen": "MASK"})
         token = cands[best : best + 1]
-        return Resolution(Commit(torch.tensor([pivot]), token), look.variants[best], {**info, "chosen": int(token)})
+        return Resolution(Commit(torch.tensor([pivot]), token), look.variants[best] if carry else None,
+                          {**info, "chosen": int(token)})

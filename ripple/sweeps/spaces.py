@@ -12,6 +12,7 @@ Override forms accepted per hyperparameter (a sweep spec's `space:` mapping):
     tau: {lo: 0.6, hi: 0.95, points: 4}   # a range, 4 evenly spaced points under grid search
     tau: 0.9                      # fixed, not searched
     order: [entropy, confidence]  # a choice hyperparameter: its values (None: all of them), or one fixed
+    carry: [true, false]          # an on/off hyperparameter (a flag): likewise
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ class Dimension:
     """One searched hyperparameter: a range [lo, hi] or explicit values, of the field's type."""
 
     name: str  # public name (`lambda`, not the field name `lam`)
-    kind: type  # int, float or str (a choice field)
+    kind: type  # int, float, str (a choice field) or bool (a flag field)
     lo: float | int | None = None
     hi: float | int | None = None
     values: tuple | None = None
@@ -98,7 +99,7 @@ class SearchSpace:
         values = dict(self.fixed)
         for d in self.dims:
             v = config[d.name]
-            values[d.name] = int(v) if d.kind is int else v if d.kind is str else _tidy(float(v))
+            values[d.name] = int(v) if d.kind is int else v if d.kind in (str, bool) else _tidy(float(v))
         return cls(**{fields[k].name: v for k, v in values.items()})
 
     def searched(self, params: HyperParams) -> dict[str, Any]:
@@ -133,7 +134,8 @@ def derive_space(decoder: str, overrides: Mapping[str, Any] | None = None, *, po
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise RippleError(f"decoder {decoder!r} has no hyperparameter {name!r}{hint}; accepted: {', '.join(fields)}")
         f = fields[name]
-        if _is_number(raw) or (isinstance(raw, str) and field_kind(f) is str):
+        if (_is_number(raw) and field_kind(f) is not bool) or (isinstance(raw, str) and field_kind(f) is str) \
+                or (isinstance(raw, bool) and field_kind(f) is bool):
             fixed[name] = _checked(cls, f, name, raw)
             continue
         dims.append(_dimension(cls, f, name, raw, points))
@@ -149,6 +151,11 @@ def _is_number(v: Any) -> bool:
 def _checked(cls: type[HyperParams], f: dataclasses.Field, name: str, value: Any):
     """`value` as the field's type, validated by the dataclass itself (its one-line RippleError)."""
     kind = field_kind(f)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise RippleError(f"{cls.decoder_name or cls.__name__} hyperparameter {name} takes true or false, "
+                              f"got {value!r}")
+        return value
     if kind is str:
         if not isinstance(value, str):
             raise RippleError(f"{cls.decoder_name or cls.__name__} hyperparameter {name} takes one of "
@@ -164,11 +171,13 @@ def _checked(cls: type[HyperParams], f: dataclasses.Field, name: str, value: Any
 def _dimension(cls: type[HyperParams], f: dataclasses.Field, name: str, raw: Any, points: int) -> Dimension:
     kind = field_kind(f)
     owner = cls.decoder_name or cls.__name__
-    if kind is str:  # a choice: its values, all of them by default
-        values = list(f.metadata["choices"]) if raw is None else raw
+    if kind in (str, bool):  # a choice or a flag: its values, all of them by default
+        options = f.metadata["choices"] if kind is str else (True, False)
+        shown = ", ".join(options) if kind is str else "true, false"
+        values = list(options) if raw is None else raw
         if not isinstance(values, list) or not values:
             raise RippleError(f"{owner} hyperparameter {name}: give one value (fixed) or a list of values of "
-                              f"{', '.join(f.metadata['choices'])}; got {raw!r}")
+                              f"{shown}; got {raw!r}")
         checked = tuple(dict.fromkeys(_checked(cls, f, name, v) for v in values))
         return Dimension(name, kind, None, None, checked, False, points)
     if raw is None:

@@ -164,7 +164,7 @@ def test_demo_runs_carry_their_task_as_an_mlflow_dataset_input(real):
     client = MlflowClient(tracking_uri=tracking_uri(store))
     runs = client.search_runs([client.get_experiment_by_name("demo").experiment_id], max_results=1000)
     records = ResultStore(store, "demo").read()
-    assert len(runs) == grids["demo"]["planned"] == 54
+    assert len(runs) == grids["demo"]["planned"] == 60  # 60 demo cells at one sample each (the oracle joined)
     for run in runs:
         (inp,) = run.inputs.dataset_inputs
         ids = records.filter(pl.col("cell_id") == run.data.tags["ripple_cell_id"])["sample_id"].sort().to_list()

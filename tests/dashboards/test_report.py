@@ -295,3 +295,33 @@ def test_accuracy_plots_draw_each_points_wilson_interval(store, report):
     md = (report.out_dir / "report.md").read_text()
     # under the Pareto plots of each main table (lengths 48 and 96) and under each sensitivity plot
     assert md.count(f"Pareto plots: {INTERVAL_CAPTION}") == 2 and md.count(INTERVAL_CAPTION) == 4
+
+
+def test_the_failure_table_shows_rps_with_carry_on_and_off_and_what_each_wrote_twice(tmp_path):
+    """Traced records of default, rps and rps(carry=False) on one problem each gets wrong the same way: the
+    pivot writes 10 at position 1 (default has 11 there) and the next step writes 10 at 2 as well. With the
+    carried step both come from one forward (parallel, duplicate); without it the second reads a fresh
+    forward (neither), and both leave 10 twice where default's answer has it once (twice %)."""
+    from ripple.platform.runtime.tracing import Decision, Trace
+
+    def trace(*forwards):  # (forward, phase, [(position, token)]) per decision
+        return Trace(tuple(Decision(f, None, ph, 0, i, tuple((p, t, 0.9) for p, t in c))
+                           for i, (f, ph, c) in enumerate(forwards))).dumps()
+
+    right = trace((1, "step", [(0, 20), (3, 21)]), (2, "step", [(2, 10)]), (3, "step", [(1, 11)]))
+    wrong = {"true": trace((1, "step", [(0, 20), (3, 21)]), (2, "resolve", [(1, 10)]), (2, "step", [(2, 10)])),
+             "false": trace((1, "step", [(0, 20), (3, 21)]), (2, "resolve", [(1, 10)]), (3, "step", [(2, 10)]))}
+    st = ResultStore(tmp_path / "store", EXP)
+    rng = random.Random(3)
+    rows = [("default", params("default"), {"s0": right, "s1": right})]
+    rows += [("rps", params("rps", carry=carry == "true"), {"s0": wrong[carry], "s1": right}) for carry in wrong]
+    for decoder, p, traces in rows:
+        cid = f"{decoder}-{p.get('carry')}"
+        st.append([record(cid, decoder, p, "arith", 48, sid, rng, trace=t, correct=t == right)
+                   for sid, t in traces.items()])
+    build_report(tmp_path / "store", EXP, tmp_path / "rep", track=False)
+    markdown = (tmp_path / "rep" / "report.md").read_text().split("Parallel failures")[-1].split("## Cells")[0]
+    head = next(line for line in markdown.splitlines() if line.startswith("| decoder |"))
+    assert head.split(" | ")[1:5] == ["wrong where default is right", "parallel %", "duplicate %", "twice %"]
+    got = {r.split(" | ")[0][2:]: r.split(" | ")[1:5] for r in markdown.splitlines() if r.startswith("| rps")}
+    assert got == {"rps": ["1", "100.0", "100.0", "100.0"], "rps(carry=False)": ["1", "0.0", "0.0", "100.0"]}

@@ -158,11 +158,14 @@ def test_report_leaderboard_and_mlflow_count_the_parallel_failures_the_records_h
         table = (tmp_path / folder / page).read_text().split("Parallel failures")[-1]
         row = next(line for line in table.splitlines() if line.startswith("| rps |")).split(" | ")
         assert row[1] == str(len(wrong))
-        links = [part.split("(")[1].rstrip(")") for part in row[4].split() if "(" in part]
+        links = [part.split("(")[1].rstrip(")") for part in row[5].split() if "(" in part]
         assert len(links) == min(5, len(wrong)) and all((tmp_path / folder / link).is_file() for link in links)
     rps_cell = next(r["cell_id"] for r in rows.values() if r["decoder"] == "rps")
     metrics = _failures(records)[rps_cell]
     assert metrics["parallel_failures_wrong"] == len(wrong) and 0 <= metrics["parallel_failure_share"] <= 100
+    # twice %: the report's column and the MLflow metric, from the same count
+    head = next(line for line in table.splitlines() if line.startswith("| decoder |")).split(" | ")
+    assert head[4] == "twice %" and row[4] == f"{metrics['twice_share']:.1f}"
 
 
 def test_evaluate_with_traces_keeps_the_decisions_a_grid_stores(traced, tmp_path, capsys):

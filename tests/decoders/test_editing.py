@@ -20,7 +20,8 @@ from ripple.testing import ScriptedModel, hashed_script, view
 EDITING = [("confidence", {"tau": "0.5", "edit_tau": "0.3", "max_post_steps": "3"}),
            ("confidence", {"tau": "0.7", "edit_tau": "0.0", "max_post_steps": "2", "k": "2"}),
            ("confidence", {"tau": "0.9", "edit_tau": "0.5", "max_post_steps": "0"}),
-           ("rps", {"tau_pivot": "0.3", "edit_tau": "0.2", "max_post_steps": "2"})]
+           ("rps", {"tau_pivot": "0.3", "edit_tau": "0.2", "max_post_steps": "2"}),
+           ("rps", {"tau_pivot": "0.3", "edit_tau": "0.2", "max_post_steps": "2", "carry": "false"})]
 
 
 def check_editing(out, events, calls, *, block_length, lead, mask, max_post, fixed_first=False):

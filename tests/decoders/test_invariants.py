@@ -32,7 +32,7 @@ DECODERS = [(name, {}) for name in decoders_for("mask")] + [
     ("confidence", {"tau": "0.3"}), ("confidence", {"factor": "1.0"}),
     ("klass", {"tau": "0.2", "kappa": "50.0", "H": "1"}), ("eb_sampler", {"gamma": "3.0"}),
     ("wino", {"tau1": "0.2", "tau2": "0.95"}), ("lopa", {"tau": "0.5", "branches": "3"}),
-    ("rps", {"tau_pivot": "0.3", "pivot": "max_entropy"}),
+    ("rps", {"tau_pivot": "0.3", "pivot": "max_entropy"}), ("rps", {"tau_pivot": "0.3", "carry": "false"}),
     ("dinfer_threshold", {"tau": "0.3"}), ("hierarchy", {"tau": "0.5", "low_tau": "0.1"}),
     ("credit", {"tau": "0.3", "alpha": "1.5", "gamma": "0.5", "beta": "0.5"}),
     ("pc_sampler", {"lambda": "0.5", "alpha": "2.0"}), ("dus", {"base": "2", "remask_tau": "0.3"}),
@@ -189,7 +189,8 @@ def test_rows_beyond_the_block_only_for_decoders_that_declare_them(cache, shift)
 
 TINY_DECODERS = DECODERS + [("eb_sampler", {"gamma": "2.5", "order": "confidence"}),
                             ("klass", {"tau": "0.2", "kappa": "1.0"}), ("wino", {"tau1": "0.2", "tau2": "0.5"}),
-                            ("rps", {}), ("rps", {"tau_pivot": "0.3", "k_max": "5", "r": "0.05"})]
+                            ("rps", {}), ("rps", {"tau_pivot": "0.3", "k_max": "5", "r": "0.05"}),
+                            ("rps", {"tau_pivot": "0.3", "k_max": "5", "r": "0.05", "carry": "false"})]
 
 
 @pytest.fixture(scope="module", params=["llada-tiny", "dream-tiny", "llada2-tiny", "sdar-tiny"])

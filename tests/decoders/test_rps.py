@@ -9,7 +9,7 @@ from ripple.decoders.base import BlockState, Lookahead
 from ripple.decoders.rps import entropy
 from ripple.errors import RippleError
 from ripple.platform.runtime.engine import Engine, GenerationConfig
-from ripple.testing import ScriptedModel, hashed_script
+from ripple.testing import ScriptedModel, hashed_script, view
 
 V, MASK = 40, 39
 
@@ -231,3 +231,144 @@ def test_max_confidence_pivot_still_runs_a_lookahead_when_no_position_is_feasibl
     assert rps(tau_pivot=0.99).step(st).info["why"] == "no position reaches tau_pivot"
     plan = rps(tau_pivot=0.99, pivot="max_confidence").step(st)
     assert plan.info["pivot"] == 1 and plan.variants[:, 1].tolist() == [1, 2]
+
+
+# `carry` (issue 59): prompt 4 tokens, one block of 4 (positions 4..7)
+CV, CMASK = 20, 19
+
+
+def _carry_script(box: dict, mask_wins: bool = False):
+    """Position 4 is sure of 10; position 5 (the pivot) hesitates between 11 and 12; 6 and 7 are spread
+    unless 5 holds 11, then sure of 14 and 15 in the first two forwards (opening, lookahead: the carried
+    variant's rows) and of 16 and 17 in any later one, so a step that commits 16 and 17 read a fresh
+    forward, one that commits 14 and 15 the carried rows. `mask_wins`: 6 and 7 lean to 14 (0.8) while 5
+    is masked and are spread under either token, so MASK wins the pivot. Every later forward's view of
+    the block is kept in `box["seen"]` (position -> token, as a query at position 6 sees it)."""
+
+    def script(pos, seen):
+        canvas, _ = view(seen, CMASK)
+        later = box["model"].calls > 2
+        if later and pos == 6:
+            box["seen"].append({p: t for p, t in canvas.items() if p >= 4})
+        logits = torch.full((CV,), -30.0)
+        five = canvas.get(5)
+        if canvas.get(pos, CMASK) != CMASK:
+            logits[canvas[pos]] = 10.0  # a decoded position keeps its token
+        elif pos == 4:
+            logits[10] = 10.0
+        elif pos == 5:
+            logits[11], logits[12] = 2.0, 1.8
+        elif mask_wins:
+            if five == CMASK:
+                logits[14], logits[15] = math.log(0.8), math.log(0.2)
+            else:
+                logits[2:CMASK] = 0.0
+        elif five == 11:
+            logits[(16 if pos == 6 else 17) if later else (14 if pos == 6 else 15)] = 10.0
+        else:
+            logits[2:CMASK] = 0.0  # spread: top-10 mass about 0.53, never a pivot
+        return logits
+
+    return script
+
+
+def _carry_run(carry: bool, cache: str, mask_wins: bool = False):
+    box = {"seen": []}
+    model = ScriptedModel(CV, _carry_script(box, mask_wins))
+    box["model"] = model
+    engine = Engine(model, mask_id=CMASK, eos_ids=[1], pad_id=0)
+    events = []
+    dec = build("rps", {"carry": str(carry).lower()})
+    out = engine.generate([[5, 6, 7, 8]], dec, GenerationConfig(4, 4, cache=cache), trace=events.append)[0]
+    return out, events, model, box["seen"]
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+def test_carry_true_commits_from_the_winning_variant_with_no_forward_between(cache):
+    out, events, model, seen = _carry_run(True, cache)
+    assert [e["phase"] for e in events] == ["step", "resolve", "step"]
+    step, resolve, after = events
+    assert step["committed"] == [[0, 10]] and step["forward"] == "lookahead" and resolve["chosen"] == 11
+    assert resolve["forward"] is None and resolve["variant"] == 0
+    assert after["nfe"] == resolve["nfe"] == 2  # the step reads the lookahead forward's carried rows
+    assert sorted(after["committed"]) == [[2, 14], [3, 15]]
+    assert out.tokens == (10, 11, 14, 15) and out.nfe == model.calls == 2 and out.lookahead_nfe == 1
+    assert seen == []
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+def test_carry_false_runs_a_fresh_forward_on_the_canvas_with_the_pivot_committed(cache):
+    out, events, model, seen = _carry_run(False, cache)
+    assert [e["phase"] for e in events] == ["step", "resolve", "step"]
+    step, resolve, after = events
+    assert step["forward"] == "lookahead" and resolve["chosen"] == 11
+    assert resolve["forward"] == "normal" and resolve["variant"] is None  # nothing carried
+    # one more forward, counted, over the canvas holding the standard commit and the pivot's token
+    assert out.nfe == model.calls == 3 and out.lookahead_nfe == 1
+    assert seen == [{4: 10, 5: 11, 6: CMASK, 7: CMASK}]
+    # the step after it reads that forward (16, 17), not the variant's rows (14, 15)
+    assert after["nfe"] == 3 and sorted(after["committed"]) == [[2, 16], [3, 17]]
+    assert after["p"] == pytest.approx([1.0, 1.0])
+    assert out.tokens == (10, 11, 16, 17)
+
+
+def test_carry_false_runs_the_fresh_forward_when_mask_wins_too():
+    out, events, model, seen = _carry_run(False, "none", mask_wins=True)
+    resolve = events[1]
+    assert resolve["phase"] == "resolve" and resolve["chosen"] == "MASK" and resolve["forward"] == "normal"
+    assert seen[0] == {4: 10, 5: CMASK, 6: CMASK, 7: CMASK}  # the canvas as the resolve left it
+    assert events[2]["phase"] == "step" and events[2]["nfe"] == 3
+    # the opening, one per step that asked for one, one per resolve that carried nothing
+    asked = [e for e in events if e["forward"] is not None]
+    assert out.nfe == model.calls == 1 + len(asked)
+    assert sum(e["phase"] == "resolve" for e in asked) == out.lookahead_nfe  # no resolve here ends the block
+
+
+def test_carry_false_traces_the_step_after_a_resolve_under_its_own_forward():
+    """The stored trace (what `ripple report` counts parallel failures from) puts the step after a
+    resolve in the resolve's forward with carry on, and in the next forward with carry off."""
+    from ripple.platform.runtime.tracing import Trace
+
+    for carry, forward, variant in ((True, 2, 0), (False, 3, None)):
+        _, events, _, _ = _carry_run(carry, "none")
+        decisions = Trace.from_events(events).decisions
+        assert [(d.phase, d.forward, d.variant) for d in decisions] == [
+            ("step", 1, None), ("resolve", 2, 0 if carry else None), ("step", forward, variant)]
+
+
+def test_carry_is_a_flag_and_new_at_its_default():
+    assert rps().params.carry is True and rps(carry="false").params.carry is False
+    assert rps(carry="True").params.carry is True  # YAML's true reaches from_strings as "True"
+    with pytest.raises(RippleError, match="carry='yes' is invalid; accepted: true or false"):
+        rps(carry="yes")
+    assert build("rps", {}).Params.id_neutral()["carry"] is True
+
+
+
+def test_a_plugin_may_declare_a_flag_but_not_a_bare_bool():
+    """`flag()` is the fourth field kind a decoder's Params may use (registry.check_decoder_class); its
+    accepted values are listed as the others' ranges are."""
+    from dataclasses import dataclass, fields
+
+    from ripple.decoders.confidence import Confidence
+    from ripple.decoders.params import HyperParams, flag, range_text
+    from ripple.decoders.registry import check_decoder_class
+
+    @dataclass(frozen=True)
+    class Flagged(HyperParams):
+        on: bool = flag(False, doc="a switch")
+
+    @dataclass(frozen=True)
+    class Bare(HyperParams):
+        on: bool = True
+
+    def decoder(params):
+        return type("Plugged", (Confidence,), {"name": "plugged", "Params": params})
+
+    check_decoder_class("plugged", decoder(Flagged))
+    assert Flagged.from_strings("plugged", {"on": "true"}).on is True and Flagged().on is False
+    assert range_text(fields(Flagged)[0].metadata, bool) == "true or false"
+    with pytest.raises(RippleError, match="on=1 is invalid; accepted: true or false"):
+        Flagged(on=1)
+    with pytest.raises(TypeError, match="not declared with hp\\(\\), choice\\(\\), flag\\(\\) or text\\(\\)"):
+        check_decoder_class("plugged", decoder(Bare))

@@ -37,7 +37,7 @@ def test_overrides_values_ranges_points_and_fixed():
     assert isinstance(r, Float) and "LogUniform" in type(r.sampler).__name__
     params = space.params_for({"lambda": 0.1, "k_max": 5, "r": 0.123456789})
     assert params.to_dict() == {"tau": 0.8, "tau_pivot": 0.9, "k_max": 5, "r": 0.123457, "lambda": 0.1,
-                                "pivot": "truncated_entropy", "edit_tau": 1.0, "max_post_steps": 0}
+                                "pivot": "truncated_entropy", "carry": True, "edit_tau": 1.0, "max_post_steps": 0}
     assert space.searched(params) == {"lambda": 0.1, "k_max": 5, "r": 0.123457}
 
 
@@ -87,6 +87,22 @@ def test_a_choice_hyperparameter_is_fixed_by_name_or_searched_over_its_options()
     for bad, message in (({"pivot": "best"}, "pivot='best' is invalid; accepted: one of truncated_entropy"),
                          ({"pivot": {"lo": 0, "hi": 1}}, "pivot: give one value"),
                          ({"pivot": [1]}, "pivot takes one of truncated_entropy, max_entropy, max_confidence")):
+        with pytest.raises(RippleError, match=message):
+            derive_space("rps", bad)
+
+
+def test_a_flag_hyperparameter_is_fixed_by_a_boolean_or_searched_over_true_and_false():
+    space = derive_space("rps", {"carry": None, "tau": 0.8})
+    (dim,) = space.dims
+    assert (dim.name, dim.kind, dim.grid_values()) == ("carry", bool, [True, False])
+    assert isinstance(space.param_space("random")["carry"], Categorical)
+    assert space.params_for({"carry": False}).carry is False
+    assert derive_space("rps", {"carry": [False], "tau": [0.8, 0.9]}).dims[0].grid_values() == [False]
+    fixed = derive_space("rps", {"carry": False, "lambda": [0.0, 0.2]})
+    assert dict(fixed.fixed) == {"carry": False} and [d.name for d in fixed.dims] == ["lambda"]
+    for bad, message in (({"carry": "no"}, "carry: give one value .* true, false"),
+                         ({"carry": [1, 0]}, "carry takes true or false, got 1"),
+                         ({"carry": {"lo": 0, "hi": 1}}, "carry: give one value")):
         with pytest.raises(RippleError, match=message):
             derive_space("rps", bad)
 

@@ -372,7 +372,8 @@ def failure_metrics(count) -> dict[str, float]:
     """A `FailureCount` as MLflow metrics (shares in percent, as accuracy is)."""
     out = {"parallel_failures_wrong": float(count.wrong)}
     if count.wrong:
-        out.update(parallel_failure_share=100.0 * count.parallel_share, duplicate_share=100.0 * count.duplicate_share)
+        out.update(parallel_failure_share=100.0 * count.parallel_share, duplicate_share=100.0 * count.duplicate_share,
+                   twice_share=100.0 * count.twice_share)
     return out
 
 

@@ -37,6 +37,10 @@ Base queries never see a segment and segments never see each other. Keys outside
 recomputed window come from the block-opening cache for all of them, so the rules hold
 unchanged under every cache policy. Decoders that declare nothing pay nothing: their
 forwards compute exactly the block's rows.
+After a packed lookahead the decoder's `resolve` hands the next step the rows it picks (a variant's
+or the anchor's: no forward between), or none (`Resolution.logits` None, RPS's `carry=false`): the
+row then gets a normal forward over the canvas with the resolve's commit written, one for every
+such row of the step, before its next step, and the resolve's trace event names that forward.
 
 Block-diffusion families (LLaDA2: the model declares `block_causal`) change the layout,
 not the decoders: blocks are aligned to absolute position 0, so each row's left padding is a
@@ -528,8 +532,11 @@ class _Run:
                 if go_on:  # no forward once the block is complete
                     groups.setdefault(kind, []).append(r)
                     stepping.append(r)
+            fresh = []  # rows whose resolve carried nothing: a normal forward gives their next step its rows
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
-                self._forward(groups[kind], kind, states, plans, kv, win, blk)
+                fresh += self._forward(groups[kind], kind, states, plans, kv, win, blk)
+            if fresh:
+                self._forward(fresh, NORMAL, states, {}, kv, win, blk)
             live = stepping
 
     def _fill_deferred(self) -> None:
@@ -603,17 +610,19 @@ class _Run:
             if still:
                 group.append(r)
         if group:
-            self._forward(group, (False, False, -1, NO_NARROWING), states, {}, kv, win, blk)
+            self._forward(group, NORMAL, states, {}, kv, win, blk)
 
     def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv,
-                 win: Window, blk: int):
-        """One forward for `group`'s rows: the window plus the segments their plans declared."""
+                 win: Window, blk: int) -> list[int]:
+        """One forward for `group`'s rows: the window plus the segments their plans declared. Returns the
+        rows whose resolve carried no distributions and that step again: they need a normal forward."""
         e, s = self.e, self.head  # s: block positions committed at the opening
         looks, shadow, cut, sub = kind
         pick = self.select(group)
         master, kv = kv, self.cache.keys_for(kv, group, win)  # the block's stored keys, and `group`'s
         if sub != NO_NARROWING:  # the policy recomputes a narrower span (dual's sub-blocks)
-            return self.cache.forward_narrow(group, sub, states, kv, win)
+            self.cache.forward_narrow(group, sub, states, kv, win)
+            return []
         refresh = self.cache.prepare_forward(group, cut)  # this forward also refreshes the stored block keys
         if cut >= 0:  # a shortened canvas (`Plan.extent`): columns [0, lo + cut); nothing after it exists
             end = min(win.extent, win.lo + cut)
@@ -625,9 +634,10 @@ class _Run:
                                extent=win.extent, block=win.causal,
                                return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
         if refresh:
-            out, fresh = out
-            self.cache.refresh(master, fresh, group, win)
+            out, keys = out
+            self.cache.refresh(master, keys, group, win)
         self.count(group, lookahead=looks)
+        fresh = []
         for i, r in enumerate(group):
             st, plan = states[r], plans.get(r)
             anchor, var, st.shadow, beyond = pk.read(out[i], st.logits, plan.variants.shape[0] if looks else 0)
@@ -639,9 +649,16 @@ class _Run:
                 self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
             res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
             self._apply(r, st, res.commit, None, None)
-            st.logits = res.logits
-            self._emit(r, blk, st, res.commit, res.info, None, phase="resolve", read=(anchor, var))
+            # nothing carried: the anchor's rows stand until the normal forward the next step reads
+            st.logits = anchor if res.logits is None else res.logits
             self.stops.after_decision(r, res.commit, win.hi)
+            # the row steps again while its block holds masks (an editing row also on a full block)
+            refresh = res.logits is None and (self.editing or bool(st.block_masked.any()))
+            if refresh:
+                fresh.append(r)
+            self._emit(r, blk, st, res.commit, res.info, _forward_label(NORMAL) if refresh else None,
+                       phase="resolve", read=(anchor, var))
+        return fresh
 
     def _apply(self, r: int, st: BlockState, commit: Commit, remask, edit: Commit | None) -> list[list[int]]:
         """Write a decision into row r's block (plans.py checks it), counting its edits; returns them."""
@@ -672,6 +689,9 @@ class _Run:
             event["edited"] = [[offset + p, old, new] for p, old, new in edited]
             event["p_edit"] = token_probs(st.logits, *(torch.tensor(c) for c in list(zip(*edited))[::2]))
         self.trace(event)
+
+
+NORMAL = (False, False, -1, NO_NARROWING)  # a forward's kind: no variants, no shadow, the whole canvas, the window
 
 
 def _forward_label(kind: tuple[bool, bool, int, tuple[int, int]]) -> str:

@@ -12,7 +12,11 @@ ripple.platform.runtime.tracing.Decision has these. The reference is the oracle'
   the reference's at its position, with the forward it was decided from: `parallel` when that
   forward's outputs committed two or more tokens (a lookahead's resolve and the step that uses its
   carried distributions count together), `duplicate` when they committed the wrong token at two or
-  more positions (RPS writing the same name at two places of a line).
+  more positions (RPS writing the same name at two places of a line), `twice` when the decode ends
+  holding the wrong token at two or more positions, more than the reference does, whichever forwards
+  wrote them
+  (so a decoder that commits the second copy from a later forward, as RPS with `carry=false` does
+  after a lookahead, still counts: `duplicate` cannot tell it from one that never writes it).
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ class Divergence:
     token: int  # what the decoder wrote there
     reference: int  # what the reference left there
     forward_commits: tuple[tuple[int, int], ...]  # every (position, token) committed from that forward
+    # positions holding `token` once the decode ends, and once the reference's ended
+    written: int = 1
+    in_reference: int = 0
 
     @property
     def parallel(self) -> bool:
@@ -44,6 +51,12 @@ class Divergence:
         """The forward's outputs committed the wrong token at two or more positions."""
         return sum(t == self.token for _, t in self.forward_commits) >= 2
 
+    @property
+    def twice(self) -> bool:
+        """The decode ends with the wrong token at two or more positions, more than the reference has it at
+        (whichever forwards wrote them)."""
+        return self.written >= 2 and self.written > self.in_reference
+
 
 def first_divergence(decisions: Sequence[Any], reference: Reference) -> Divergence | None:
     """The first commit or edit of a token differing from `reference` at its position (positions the
@@ -54,7 +67,9 @@ def first_divergence(decisions: Sequence[Any], reference: Reference) -> Divergen
             ref = reference.get(pos)
             if ref is not None and tok != ref:
                 together = tuple((c[0], c[1]) for x in decisions if x.forward == d.forward for c in x.commits)
-                return Divergence(i, d.forward, pos, tok, ref, together)
+                final = Reference.from_trace(decisions).written()
+                return Divergence(i, d.forward, pos, tok, ref, together, final.count(tok),
+                                  reference.written().count(tok))
     return None
 
 
@@ -66,6 +81,7 @@ class FailureCount:
     parallel: int  # ... whose first wrong commit came from a forward that committed several tokens
     duplicate: int  # ... of those, the wrong token committed at two or more positions
     examples: tuple[str, ...]  # sample ids of up to `keep` such samples (parallel first)
+    twice: int = 0  # wrong ones ending with their first wrong token at 2+ positions, more than the reference
 
     @property
     def parallel_share(self) -> float | None:
@@ -74,6 +90,10 @@ class FailureCount:
     @property
     def duplicate_share(self) -> float | None:
         return self.duplicate / self.wrong if self.wrong else None
+
+    @property
+    def twice_share(self) -> float | None:
+        return self.twice / self.wrong if self.wrong else None
 
 
 def count_failures(samples: Iterable[tuple[str, bool, Sequence[Any], bool, Sequence[Any]]],
@@ -88,6 +108,8 @@ def count_failures(samples: Iterable[tuple[str, bool, Sequence[Any], bool, Seque
         kinds["wrong"] += 1
         div = first_divergence(trace, Reference.from_trace(ref_trace))
         rank = 2
+        if div is not None and div.twice:
+            kinds["twice"] += 1
         if div is not None and div.parallel:
             kinds["parallel"] += 1
             rank = 1
@@ -96,4 +118,4 @@ def count_failures(samples: Iterable[tuple[str, bool, Sequence[Any], bool, Seque
                 rank = 0
         found.append((rank, sid))
     examples = tuple(sid for _, sid in sorted(found, key=lambda x: x[0])[:keep])
-    return FailureCount(kinds["wrong"], kinds["parallel"], kinds["duplicate"], examples)
+    return FailureCount(kinds["wrong"], kinds["parallel"], kinds["duplicate"], examples, kinds["twice"])

@@ -25,12 +25,12 @@ def _mlflow_runs(store_dir, experiment):
 def test_demo_grid_store_and_mlflow_agree(tmp_path):
     store_dir = tmp_path / "store"
     out = run_grid("demo", "--limit", "2", "--store", str(store_dir))
-    assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 108, 108, 0)
+    assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 120, 120, 0)
     assert len(out["workers"]) == 4 and len({w["pid"] for w in out["workers"]}) == 4  # two per model
 
     records = ResultStore(store_dir, "demo").read()
-    assert records.height == 108 and records["error"].null_count() == 108  # every sample, none failed
-    assert records.select(["cell_id", "sample_id"]).n_unique() == 108
+    assert records.height == 120 and records["error"].null_count() == 120  # every sample, none failed
+    assert records.select(["cell_id", "sample_id"]).n_unique() == 120
     assert records["nfe"].min() >= 1 and (records["tps"] > 0).all() and records["worker_id"].n_unique() == 4
     assert set(json.loads(records["versions"][0])) >= {"python", "torch", "ray", "ripple-dllm"}
     by_cell = records.group_by("cell_id").agg(
@@ -40,7 +40,7 @@ def test_demo_grid_store_and_mlflow_agree(tmp_path):
 
     client, runs = _mlflow_runs(store_dir, "demo")
     assert client.get_experiment_by_name("demo").tags["mlflow.experimentKind"] == "custom_model_development"
-    assert len(runs) == 54 and {r.data.tags[CELL_TAG] for r in runs} == set(expected)
+    assert len(runs) == 60 and {r.data.tags[CELL_TAG] for r in runs} == set(expected)
     for run in runs:
         cell = expected[run.data.tags[CELL_TAG]]
         m, p = run.data.metrics, run.data.params
@@ -66,7 +66,7 @@ def test_demo_grid_store_and_mlflow_agree(tmp_path):
     _every_surface_gives_the_same_numbers(out, records, runs, tmp_path)
 
     again = run_grid("demo", "--limit", "2", "--store", str(store_dir))  # resumes: nothing left to compute
-    assert (again["computed"], again["skipped"]) == (0, 108)
+    assert (again["computed"], again["skipped"]) == (0, 120)
     _, runs_again = _mlflow_runs(store_dir, "demo")
     assert sorted(r.info.run_id for r in runs_again) == sorted(r.info.run_id for r in runs)  # updated, not duplicated
 

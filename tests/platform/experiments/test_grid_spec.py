@@ -21,7 +21,8 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 def test_every_shipped_spec_validates():
     assert shipped_specs() == ["demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "field-lines", "kv-cache",
                               "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines",
-                              "paper-table1", "parallelbench", "rps-ablation", "rps-tiny", "sdar", "tiny-bd"]
+                              "paper-table1", "parallelbench", "rps-ablation", "rps-carry", "rps-carry-lines",
+                              "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
         spec = load_spec(name)
         assert spec.cells and {c.task for c in spec.cells} <= set(task_names())
@@ -55,6 +56,33 @@ def test_shipped_specs_have_the_issue_contents():
     ablation = load_spec("rps-ablation")
     rps = {(dict(c.params)["pivot"], dict(c.params)["lambda"]) for c in ablation.cells if c.decoder == "rps"}
     assert rps == {(p, lam) for p in ("truncated_entropy", "max_entropy", "max_confidence") for lam in (0.0, 0.2)}
+    # ... each with the carried step on (Algorithm 1) and off (issue 59)
+    rps = [(dict(c.params)["pivot"], dict(c.params)["lambda"], dict(c.params)["carry"], c.task)
+           for c in ablation.cells if c.decoder == "rps"]
+    assert sorted(rps) == sorted((p, lam, carry, t) for p in ("truncated_entropy", "max_entropy", "max_confidence")
+                                 for lam in (0.0, 0.2) for carry in (True, False) for t in ("freefunc", "arith"))
+    # the carry grids: default, rps with carry on and off, the oracle following default; 200 problems, traces
+    carry_specs = {"rps-carry": ("ripple-tiny", {"arith", "pyfunc", "freefunc"}, 48, 16),
+                   "rps-carry-lines": ("ripple-tiny-lines", {f"lines/{op}" for op in (
+                       "insert_random", "remove_random", "replace_random", "shuffle")}, 32, 32)}
+    for name, (model, tasks, gen, block) in carry_specs.items():
+        spec = load_spec(name)
+        assert {c.model for c in spec.cells} == {model} and {c.task for c in spec.cells} == tasks
+        assert {(c.gen_length, c.block_length, c.limit, c.cache) for c in spec.cells} == {(gen, block, 200, "none")}
+        assert spec.traces and spec.batch_size == 8 and spec.workers.cpus == 1
+        for task in tasks:
+            labels = sorted(c.label() for c in spec.cells if c.task == task)
+            assert labels == ["default", "oracle", "rps", "rps(carry=False)"], (name, task)
+        assert {dict(c.params)["follow"] for c in spec.cells if c.decoder == "oracle"} == {"default"}
+        assert len({c.cell_id for c in spec.cells}) == len(spec.cells)  # carry off is a cell of its own
+    # the lines ones are the operations with free choices: a floor above one forward
+    from ripple.tasks import get_task
+
+    for op in {f"lines/{o}" for o in ("copy", "insert_index", "insert_random", "remove_index", "remove_random",
+                                       "replace_index", "replace_random", "reverse", "shuffle", "sort")}:
+        task = get_task(op)
+        floors = {task.floor_nfe(e) for e in task.examples("test", limit=20)}
+        assert (min(floors) > 1) == (op in carry_specs["rps-carry-lines"][1]), (op, floors)
     # the oracle follows default in the three grids it joined (issue 51)
     for spec in (field, field_lines, ablation, load_spec("lines"), demo, load_spec("demo-lines")):
         assert {dict(c.params)["follow"] for c in spec.cells if c.decoder == "oracle"} == {"default"}
@@ -183,6 +211,8 @@ BAD = [
      "decoder 'klass': 'task_params.arith' takes a mapping of hyperparameters, got 0.6"),
     ("unknown choice", GOOD.replace("[default]", "[{name: eb_sampler, params: {order: entropie}}]"),
      "eb_sampler hyperparameter order='entropie' is invalid; accepted: one of entropy, confidence"),
+    ("flag not true or false", GOOD.replace("[default]", "[{name: rps, params: {carry: [true, maybe]}}]"),
+     "rps hyperparameter carry='maybe' is invalid; accepted: true or false"),
     ("option a task does not take", GOOD.replace("tasks: [arith]", "tasks: {arith: {limit: 5, timeout_s: 10}}"),
      "unknown key 'timeout_s' in task 'arith'; accepted: limit"),
     ("sandbox option typo", GOOD.replace("tasks: [arith]", "tasks: {humaneval: {timeout: 10}}"),

@@ -59,7 +59,7 @@ def test_a_batch_takes_one_cell_and_a_failure_is_every_samples_record(worker, it
 def test_the_driver_cuts_batches_within_cells_in_plan_order(items):
     cut = batches(items, 4)
     assert all(len({it.cell.cell_id for it in b}) == 1 for b in cut)  # never across cells
-    assert [len(b) for b in cut] == [4, 1] * 24  # 5 samples per cell: a full batch, then the rest
+    assert [len(b) for b in cut] == [4, 1] * 27  # 5 samples per cell (27 cells): a full batch, then the rest
     assert [it for b in cut for it in b] == items  # every sample once, in plan order
     assert batches(items[::-1], 8)[0][0] is items[-1] and len(batches(items, 1)) == len(items)
 

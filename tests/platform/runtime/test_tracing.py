@@ -171,3 +171,39 @@ def test_a_lookahead_resolve_and_the_step_reading_its_carried_rows_are_one_paral
     n = count_failures([("s", list(out.tokens) == answer, trace.decisions, list(ref_out.tokens) == answer,
                          ref.decisions)])
     assert (n.wrong, n.parallel, n.duplicate) == (1, 1, 0)
+
+
+def test_a_wrong_token_left_at_more_positions_than_the_reference_is_twice_whichever_forwards_wrote_it():
+    """The new name written twice: once position 1 holds X, position 2 still wants X (0.99), as ripple-tiny-lines
+    keeps the new name likely where it would otherwise go. `default` writes X at 2, then B at 1. RPS pivots on
+    1 and writes X there; the step after writes X at 2 again. With `carry` on, that step reads the lookahead's
+    carried rows, so one forward wrote X twice (duplicate); with it off, a fresh forward sees the first X and
+    still writes the second: no duplicate, no parallel forward, but twice all the same."""
+
+    def script(pos, seen):
+        canvas, _ = view(seen, MASK)
+        if canvas.get(pos, MASK) != MASK:
+            return peaked(V, canvas[pos], 0.99)
+        if pos == 4 or pos == 7:
+            return peaked(V, 20 if pos == 4 else 21, 0.99)
+        if pos == 5:
+            return peaked(V, B, 0.99) if canvas.get(6) == X else peaked(V, X, 0.55, runner_up=30)
+        return peaked(V, X, 0.99) if canvas.get(5) == X else spread(V, X, 0.6)
+
+    answer = [20, B, X, 21]
+    ref_out, ref = decode(script, "default")
+    assert list(ref_out.tokens) == answer
+    settings = {"tau": "0.9", "tau_pivot": "0.5", "r": "0.01", "k_max": "3"}
+    for carry, parallel, duplicate in (("true", 1, 1), ("false", 0, 0)):
+        out, trace = decode(script, "rps", {**settings, "carry": carry})
+        assert list(out.tokens) == [20, X, X, 21], carry
+        div = first_divergence(trace.decisions, Reference.from_trace(ref.decisions))
+        assert (div.position, div.token, div.written, div.in_reference) == (1, X, 2, 1)
+        n = count_failures([("s", False, trace.decisions, True, ref.decisions)])
+        assert (n.wrong, n.parallel, n.duplicate, n.twice) == (1, parallel, duplicate, 1), carry
+        assert n.twice_share == 1.0
+    # a wrong token the decode leaves once is not twice, though the reference never has it
+    out, trace = decode(names(False)[0], "topk", {"k": "2"})
+    _, ref = decode(names(False)[0], "default")
+    div = first_divergence(trace.decisions, Reference.from_trace(ref.decisions))
+    assert (div.token, div.written, div.in_reference, div.twice) == (X, 1, 0, False)
