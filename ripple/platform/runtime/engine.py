@@ -711,8 +711,8 @@ class _Run:
                                extent=win.extent, block=win.causal,
                                return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
         if refresh:
-            out, fresh = out
-            self.cache.refresh(master, fresh, group, win)
+            out, keys = out
+            self.cache.refresh(master, keys, group, win)
         self.count(group, lookahead=looks)
         fresh = []
         for i, r in enumerate(group):
