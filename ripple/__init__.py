@@ -2,7 +2,7 @@
 
 `import ripple` is cheap (no torch, no Ray: they load on first use). The Python API
 (ripple/api.py): `ripple.load`, `ripple.generate`, `ripple.evaluate`, `ripple.grid`,
-`ripple.sweep`, `ripple.leaderboard`; bad input raises `ripple.RippleError`. A decoder of your
+`ripple.sweep`, `ripple.leaderboard`, `ripple.learn_label`, `ripple.learn_train`; bad input raises `ripple.RippleError`. A decoder of your
 own subclasses `ripple.Scheduler` (see docs/python.md).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .errors import RippleError  # noqa: F401
 
 # public name -> the module that defines it, imported on first use (PEP 562)
 _LAZY = {**dict.fromkeys(("load", "generate", "evaluate", "grid", "sweep", "leaderboard", "grid_spec", "sweep_spec",
-                          "Generation", "Evaluation"), "ripple.api"),
+                          "learn_label", "learn_train", "Generation", "Evaluation"), "ripple.api"),
          **dict.fromkeys(("Scheduler", "BlockState", "Plan", "Commit", "Lookahead", "Resolution", "RunShape"),
                          "ripple.decoders"),
          "HyperParams": "ripple.decoders.params", "hp": "ripple.decoders.params", "choice": "ripple.decoders.params",

@@ -1,5 +1,6 @@
 """Ripple from Python (DESIGN.md section 8b): `ripple.load`, `ripple.generate`, `ripple.evaluate`,
-`ripple.grid`, `ripple.sweep` and `ripple.leaderboard`. The `ripple` command is a shell over these
+`ripple.grid`, `ripple.sweep`, `ripple.leaderboard`, and learning a decoder's filter from the oracle
+(`ripple.learn_label`, `ripple.learn_train`). The `ripple` command is a shell over these
 functions (parse, call, print), so they check what it checks, and bad input raises RippleError with
 the one line the command prints.
 
@@ -16,19 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import RippleError
-from .paths import DIR, writable_path
+from .paths import DIR, FILE, writable_path
 from .platform.experiments.calls import (  # noqa: F401  (the API's own names)
     DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH, Evaluation, Generation, evaluate, generate, load)
 
 if TYPE_CHECKING:
     from .dashboards.leaderboard import Leaderboard
+    from .platform.experiments.labels import Labelling
+    from .platform.training.learn import Training
     from .platform.experiments.grid import GridRun
     from .platform.experiments.spec import GridSpec
     from .sweeps.run import SweepRun
     from .sweeps.spec import SweepSpec
 
-__all__ = ["load", "generate", "evaluate", "grid", "sweep", "leaderboard", "grid_spec", "sweep_spec", "Generation",
-           "Evaluation", "DEFAULT_GEN_LENGTH", "DEFAULT_BLOCK_LENGTH"]
+__all__ = ["load", "generate", "evaluate", "grid", "sweep", "leaderboard", "grid_spec", "sweep_spec", "learn_label",
+           "learn_train", "Generation", "Evaluation", "DEFAULT_GEN_LENGTH", "DEFAULT_BLOCK_LENGTH"]
 
 
 def check_workers(workers: int | None) -> None:
@@ -115,3 +118,34 @@ def leaderboard(store: str | os.PathLike | None = None, out: str | os.PathLike |
     if out is not None:
         writable_path(out, "--out", DIR)
     return build_leaderboard(Path(store).expanduser() if store is not None else default_store(), out)
+
+
+def learn_label(model: str, task: str, out: str | os.PathLike, *, split: str = "train", limit: int | None = None,
+                gen_length: int = DEFAULT_GEN_LENGTH, block_length: int = DEFAULT_BLOCK_LENGTH,
+                steps: int | None = None, dtype: str = "auto", data_dir: str | None = None,
+                store: str | os.PathLike | None = None, experiment: str | None = None, workers: int | None = None,
+                fresh: bool = False, progress: bool = False) -> Labelling:
+    """Learn2PD's training records for the first `limit` examples of `task`'s `split`, as `ripple learn
+    label` writes them: a plain run per prompt gives the answer, then the labelling run records each
+    forward's confidences and which positions already hold the answer (Parquet `out`). It runs as a
+    one-cell grid on Ray workers into the result store (`store`, `experiment`), so it resumes."""
+    from .platform.experiments.labels import EXPERIMENT, label
+
+    writable_path(out, "--out", FILE)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise RippleError(f"--limit must be a positive number of prompts, got {limit!r}")
+    check_workers(workers)
+    return label(model, task, out, split=split, limit=limit, gen_length=gen_length, block_length=block_length,
+                 steps=steps, dtype=dtype, data_dir=data_dir, store=_store(store), experiment=experiment or EXPERIMENT,
+                 workers=workers, progress=progress, fresh=fresh)
+
+
+def learn_train(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str = "learn2pd",
+                epochs: int | None = None, seed: int = 0, threads: int | None = 1, progress: bool = False) -> Training:
+    """Train a filter on `ripple learn label`'s records (Parquet `data`) with `recipe` (Learn2PD's
+    notebook: `learn2pd`), as `ripple learn train` does; writes the filter (safetensors + card), the
+    learning curve and the held-out metrics into `out`."""
+    from .platform.training.learn import train_filter
+
+    writable_path(out, "--out", DIR)
+    return train_filter(data, out, recipe=recipe, epochs=epochs, seed=seed, threads=threads, progress=progress)

@@ -71,7 +71,8 @@ examples:
     "train-tiny": """examples:
   ripple train-tiny --out runs/ripple-tiny            # the shipped model's recipe (resumes if interrupted)
   ripple train-tiny --out /tmp/micro --preset micro --steps 20
-  ripple train-tiny --family llada2 --out runs/ripple-tiny-bd --threads 1   # ripple-tiny-bd's recipe""",
+  ripple train-tiny --family llada2 --out runs/ripple-tiny-bd --threads 1   # ripple-tiny-bd's recipe
+  ripple train-tiny --preset tiny-ar --out runs/ripple-tiny-ar --threads 1  # ripple-tiny-ar (a causal verifier)""",
     "generate": """examples:
   ripple generate --model ../shared/golden/llada-tiny --input-ids 5,6,7 --decoder confidence --set tau=0.9 \\
       --gen-length 32 --block-length 8 --cache prefix --json
@@ -96,6 +97,11 @@ examples:
   ripple analyze --model ripple-tiny --task pyfunc --oracle reference --out docs/figures/pyfunc
   ripple analyze --model GSAI-ML/LLaDA-8B-Instruct --task gsm8k --chat --gen-length 256 \\
       --block-length 32 --limit 50 --dtype bfloat16 --device cuda""",
+    "learn": """examples:
+  ripple learn label --model ripple-tiny --task arith --limit 200 --out runs/arith-labels.parquet
+  ripple learn train --data runs/arith-labels.parquet --out runs/arith-filter --epochs 3000 --seed 0
+  ripple generate --model ripple-tiny --prompt "12+7=" --decoder learn2pd --set filter=runs/arith-filter
+  ray job submit --working-dir . -- ripple learn label --model ripple-tiny --task arith --out ~/labels.parquet""",
     "prior": """examples:
   ripple prior --model ripple-tiny --task arith --task pyfunc --task freefunc --text both --limit 2000 \\
       --out priors/ripple-tiny.json
@@ -435,16 +441,16 @@ def cmd_decoders(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- train-tiny, prior
 def train_tiny_parser(sub) -> None:
-    t = _command(sub, "train-tiny", "train an embedded model (ripple-tiny, ripple-tiny-bd) on CPU")
+    t = _command(sub, "train-tiny", "train an embedded model (ripple-tiny, ripple-tiny-bd, ripple-tiny-ar) on CPU")
     t.add_argument("--out", required=True, metavar=DIR, help="output directory (Hugging Face format; resumable)")
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--batch-size", type=int, default=None)
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--family", default=None, help="llada (ripple-tiny, the default) or llada2 (ripple-tiny-bd: "
-                   "block diffusion, MoE, mask and edit objectives)")
-    t.add_argument("--preset", default=None, help="recipe: tiny / tiny-bd (the shipped models; the default of each "
-                   "family) or micro / micro-bd (tests)")
+    t.add_argument("--family", default=None, help="llada (ripple-tiny, the default), llada2 (ripple-tiny-bd: "
+                   "block diffusion, MoE, mask and edit objectives) or qwen2 (ripple-tiny-ar: a causal LM)")
+    t.add_argument("--preset", default=None, help="recipe: tiny / tiny-bd / tiny-ar / tiny-lines (the shipped models; "
+                   "the first three the default of their family) or micro / micro-bd / micro-ar (tests)")
     t.add_argument("--mix", default=None, metavar="A,B,C", help="examples of arith,pyfunc,freefunc per cycle of the "
                    "data stream")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
@@ -497,6 +503,72 @@ def cmd_prior(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(prior, indent=1) + "\n")
     print(f"{out}: {prior['num_token']} tokens of {texts} texts, {len(prior['p_baseline_dict'])} distinct ids "
           f"of {prior['vocab_size']}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- learn
+def learn_parser(sub) -> None:
+    lp = _command(sub, "learn", "learn a decoder's filter from the oracle: label records, then train (Learn2PD)")
+    lsub = lp.add_subparsers(dest="learn_command", parser_class=_Parser, metavar="STEP")
+    lsub.required = True
+    la = lsub.add_parser("label", help="Learn2PD's training records: per forward of the labelling run, the block's "
+                         "confidences and which positions already hold the answer (Ray workers, resumable)")
+    la.add_argument("--model", required=True, help=MODEL_HELP)
+    la.add_argument("--task", required=True, help="a registered task (`ripple tasks` lists them)")
+    la.add_argument("--split", default="train", help="the task's split (default: train)")
+    la.add_argument("--limit", type=int, default=None, help="the first N examples of the split (default: all)")
+    la.add_argument("--gen-length", type=int, default=48, help="response positions (default 48)")
+    la.add_argument("--block-length", type=int, default=16, help="positions per block; the filter's width (default 16)")
+    la.add_argument("--steps", type=int, default=None, help="forwards of the plain run that gives the answer, in all "
+                    "(default: gen_length, one token per forward)")
+    la.add_argument("--dtype", default="auto",
+                    help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+    la.add_argument("--data-dir", default=None, help="local benchmark data (default: $RIPPLE_DATA_DIR, else the hub)")
+    la.add_argument("--out", required=True, metavar=FILE, help="the Parquet file of records (sample_id, block, step, "
+                    "confidence, is_correct)")
+    add_store_args(la)
+    la.add_argument("--experiment", default=None, help="the store's experiment the labelled samples are kept in "
+                    "(default: learn-label); a re-run skips the samples already there")
+    la.add_argument("--workers", type=int, default=None, help="number of workers (default: one per GPU, else per CPU)")
+    la.add_argument("--fresh", action="store_true", help="forget the stored samples of this experiment and relabel")
+    la.set_defaults(func=cmd_learn_label)
+    lt = lsub.add_parser("train", help="train a filter on labelled records; writes it (safetensors + card), its "
+                         "learning curve and held-out metrics")
+    lt.add_argument("--data", required=True, help="the Parquet file `ripple learn label` wrote")
+    lt.add_argument("--out", required=True, metavar=DIR, help="output directory: model.safetensors, card.json, "
+                    "learning_curve.png, curve.csv")
+    lt.add_argument("--recipe", default="learn2pd", help="the training recipe (default: learn2pd, Learn2PD's notebook)")
+    lt.add_argument("--epochs", type=int, default=None, help="full-batch steps (default: the recipe's; learn2pd 3000)")
+    lt.add_argument("--seed", type=int, default=0, help="seed of the shuffle (Python's random) and of the "
+                    "initialisation (torch.manual_seed); default 0")
+    lt.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the reference's, and "
+                    "bit-for-bit repeatable)")
+    lt.add_argument("--json", action="store_true", help="print the card as one JSON object")
+    lt.set_defaults(func=cmd_learn_train)
+
+
+def cmd_learn_label(args: argparse.Namespace) -> int:
+    from .api import learn_label
+
+    done = learn_label(args.model, args.task, args.out, split=args.split, limit=args.limit, gen_length=args.gen_length,
+                       block_length=args.block_length, steps=args.steps, dtype=args.dtype, data_dir=args.data_dir,
+                       store=args.store, experiment=args.experiment, workers=args.workers, fresh=args.fresh,
+                       progress=True)
+    print(f"{done.out}: {done.records} records of {done.prompts} prompts ({done.meta['task']} {done.meta['split']}, "
+          f"gen_length {done.meta['gen_length']}, block_length {done.meta['block_length']}, steps "
+          f"{done.meta['steps']}); {done.computed} labelled now, {done.prompts - done.computed} already stored")
+    return 0
+
+
+def cmd_learn_train(args: argparse.Namespace) -> int:
+    from .api import learn_train
+
+    done = learn_train(args.data, args.out, recipe=args.recipe, epochs=args.epochs, seed=args.seed,
+                       threads=args.threads, progress=not args.json)
+    if args.json:
+        print(json.dumps({**json.loads(done.card.to_json()), "out": str(done.out)}))
+        return 0
+    print(done.summary())
     return 0
 
 
@@ -713,7 +785,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- the parser and main
 COMMANDS = (generate_parser, eval_parser, train_tiny_parser, lm_eval_parser, tasks_parser, grid_parser, sweep_parser,
-            ui_parser, report_parser, leaderboard_parser, trace_parser, analyze_parser, decoders_parser, prior_parser, demo_parser)
+            ui_parser, report_parser, leaderboard_parser, trace_parser, analyze_parser, decoders_parser, prior_parser, learn_parser,
+            demo_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -759,7 +832,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         terminated = was_terminated(exc)
         how = "terminated (SIGTERM)" if terminated else "interrupted"
-        resume = "; what was stored is kept, and a re-run resumes" if args.command in ("grid", "sweep") else ""
+        resumable = args.command in ("grid", "sweep") or getattr(args, "learn_command", None) == "label"
+        resume = "; what was stored is kept, and a re-run resumes" if resumable else ""
         print(f"ripple {args.command}: {how}{resume}", file=sys.stderr)
         return EXIT_SIGTERM if terminated else EXIT_SIGINT
     finally:

@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from ...errors import RippleError
 from .models import DiffusionTransformer, get_family
-from .models.family import refuse_prompt
+from .models.family import Family, diffusion_families, refuse_prompt
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ASSETS = Path(__file__).resolve().parents[2] / "assets"  # ripple/assets
@@ -39,7 +39,7 @@ class LoadedModel:
     name: str
     path: Path
     model_type: str
-    mask_id: int | None  # None only for a uniform-noise family (no mask token)
+    mask_id: int | None  # None only for a uniform-noise family or a causal LM (no mask token)
     eos_ids: tuple[int, ...]  # the ids that end a response, by the family's `stop_ids` rule
     pad_id: int
     max_positions: int
@@ -51,6 +51,11 @@ class LoadedModel:
     @property
     def shift(self) -> int:
         return getattr(self.model, "shift", 0)  # a uniform-noise family does not shift
+
+    @property
+    def causal(self) -> bool:
+        """A causal LM (`load_causal`), never handed to a decoder."""
+        return bool(getattr(self.model, "causal", False))
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -118,6 +123,16 @@ def read_config(path: Path) -> dict:
     return cfg
 
 
+def dllm_family(name: str, cfg: dict) -> Family:
+    """The family of checkpoint `name`'s config.json, refused in one line when it is a causal LM: decoders
+    decode diffusion LMs only (a causal LM serves as a verifier, `load_causal`)."""
+    family = get_family(cfg["model_type"])
+    if family.causal:
+        raise RippleError(f"model {name!r} is a causal LM ({family.name}), not a diffusion LM: no decoder decodes "
+                          f"it (it serves as a verifier); diffusion model_types: {', '.join(diffusion_families())}")
+    return family
+
+
 def weight_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.exists():
@@ -143,6 +158,12 @@ def weights_digest(path: Path) -> str:
     """First 12 hex digits of the sha256 over a checkpoint's weight files, in name order: what
     stored samples and the batch-equivalence report name a model's weights by, so results of a
     retrained model never pass for the old one's. Reads every byte (about 20 s for 16 GB)."""
+    return weights_sha256(path)[:12]
+
+
+def weights_sha256(path: Path) -> str:
+    """The sha256 over a checkpoint's weight files in name order (for a single file, that file's own
+    sha256: what a learned filter's card names its model by)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -150,7 +171,7 @@ def weights_digest(path: Path) -> str:
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
-    return h.hexdigest()[:12]
+    return h.hexdigest()
 
 
 def local_weights_digest(name: str) -> str | None:
@@ -308,6 +329,13 @@ def require_tokenizer(name: str, why: str = TASKS_NEED_A_TOKENIZER) -> None:
         raise RippleError(f"model {name!r} has no tokenizer; {why}")
 
 
+def _declared_tokenizer_class(path: Path) -> str | None:
+    try:
+        return json.loads((path / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+
+
 def load_tokenizer(path: Path):
     """AutoTokenizer without remote code; fall back to tokenizer.json for custom classes."""
     if not has_tokenizer(path):
@@ -317,6 +345,13 @@ def load_tokenizer(path: Path):
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # it warns that config.json's model_type is unknown to it
+    if _declared_tokenizer_class(path) == "TokenizersBackend" and (path / "tokenizer.json").exists():
+        # tokenizer.json as it is, as the file declares: AutoTokenizer would impose the model type's own class
+        # on some types (qwen2: Qwen2Tokenizer, its own pre-tokenizer and an added <|endoftext|>), and
+        # ripple-tiny-ar is a qwen2 checkpoint with ripple-tiny's tokenizer
+        from transformers import TokenizersBackend
+
+        return TokenizersBackend.from_pretrained(str(path))
     try:
         return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as first:  # custom tokenizer classes (Dream) need remote code; we do not run it
@@ -397,13 +432,13 @@ def block_aligned(name: str, gen_length: int, block_length: int) -> bool:
     weights load; only asked when they do not divide)."""
     if block_length <= 0 or gen_length % block_length == 0:
         return False
-    family = get_family(read_config(resolve_model_dir(name))["model_type"])
+    family = dllm_family(name, read_config(resolve_model_dir(name)))
     return family.block_causal or family.noise == "uniform"
 
 
 def config_noise(name: str) -> tuple[str, str]:
     """(family name, its noise) from config.json's model_type, read before any weights load."""
-    family = get_family(read_config(resolve_model_dir(name))["model_type"])
+    family = dllm_family(name, read_config(resolve_model_dir(name)))
     return family.name, family.noise
 
 
@@ -450,20 +485,38 @@ def refuse_prompt_ids(name: str, prompts) -> None:
     (DiffusionGemma's image token), read from config.json once, before any weights load. Generated tokens
     are never checked: they are text whatever their id."""
     cfg = read_config(resolve_model_dir(name))
-    family = get_family(cfg["model_type"])
+    family = dllm_family(name, cfg)
     refusals = family.prompt_refusals(cfg)
     for ids in prompts:
         refuse_prompt(family.name, ids, refusals)
 
 
 def load_model(name: str, dtype: str = "auto", device: str = "auto", tokenizer: Any = None) -> LoadedModel:
-    """The checkpoint `name` on `device` in `dtype`; `tokenizer`: this checkpoint's, when the caller has
-    already loaded it (to tokenize a prompt before the weights load)."""
+    """The diffusion LM `name` on `device` in `dtype`; `tokenizer`: this checkpoint's, when the caller has
+    already loaded it (to tokenize a prompt before the weights load). A causal LM is refused."""
+    return _load(name, dtype, device, tokenizer, causal=False)
+
+
+def load_causal(name: str, dtype: str = "auto", device: str = "auto", tokenizer: Any = None) -> LoadedModel:
+    """The causal LM `name` (a verifier: ripple/platform/runtime/causal.py) on `device` in `dtype`; a
+    diffusion LM is refused."""
+    return _load(name, dtype, device, tokenizer, causal=True)
+
+
+def _load(name: str, dtype: str, device: str, tokenizer: Any, causal: bool) -> LoadedModel:
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     path = resolve_model_dir(name)
     cfg = read_config(path)
-    family = get_family(cfg["model_type"])
+    if causal:
+        from .models.family import causal_families
+
+        family = get_family(cfg["model_type"])
+        if not family.causal:
+            raise RippleError(f"model {name!r} is a diffusion LM ({family.name}), not a causal LM; "
+                              f"causal model_types: {', '.join(causal_families())}")
+    else:
+        family = dllm_family(name, cfg)
     tcfg = family.to_config(cfg)
     files = weight_files(path)
     check_device_memory(files, dev, dt, name)
@@ -473,8 +526,10 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", tokenizer: 
     model.eval().requires_grad_(False)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)
-    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask",
+    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask" and not causal,
                                            stop_rule=family.stop_ids)
+    if causal:
+        mask_id = None  # a causal LM has no mask token, whatever its tokenizer names (ripple-tiny-ar shares ripple-tiny's)
     return LoadedModel(
         model=model, name=name, path=path, model_type=family.name, mask_id=mask_id, eos_ids=eos_ids,
         pad_id=pad_id, max_positions=family.max_positions(cfg), device=dev, dtype=dt,

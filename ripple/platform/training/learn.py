@@ -1,0 +1,388 @@
+"""`ripple learn train`: a filter trained on `ripple learn label`'s records, as a recipe says.
+
+Recipe `learn2pd` is Learn2PD's notebook (ims-kdks/Learning-to-Parallel-Decoding, train.ipynb; the
+golden README's "Filter training"): the records in file order (prompt order, each prompt's forwards
+in order), shuffled with Python's `random` under the seed; the first int(0.8 n) train, the next
+int(0.1 n) validate, the rest are held out; `torch.manual_seed(seed)` before the filter is built;
+BCE with logits over every position, AdamW at lr 0.003 (torch's other defaults), full batch, one
+step per epoch followed by the notebook's validation pass (loss and false-positive rate at 0.9). The
+held-out records are scored once at the end as the notebook's last cell does. Nothing here draws
+from the caller's random state: the shuffle has its own generator and the seeding is forked.
+
+The artifact is `save_filter`'s (ripple/decoders/filters.py: model.safetensors + card.json), with the
+per-epoch curve (curve.csv) and its plot (learning_curve.png) beside it.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ...decoders.filters import FilterCard, build_filter, file_sha256, get_architecture, save_filter
+from ...errors import RippleError
+
+# the labelling file's columns and metadata key as ripple/platform/experiments/labels.py writes them (named
+# again here: experiments and training are peers, neither imports the other; the tests write with one, read
+# with the other)
+COLUMNS = ("sample_id", "block", "step", "confidence", "is_correct")
+META_KEY = b"ripple.learn"
+THRESHOLD = 0.9  # the notebook's threshold for its false-positive and test figures
+CURVE_EVERY = 500  # the card's curve: every this many epochs, and the last (the notebook prints the same)
+
+
+# ---------------------------------------------------------------------------- the records
+@dataclass(frozen=True)
+class Records:
+    """Validated training records: X [n, B] float32 confidences, y [n, B] float32 labels, in file order."""
+
+    confidence: Any  # numpy [n, B] float32
+    labels: Any  # numpy [n, B] float32 (is_correct as 0/1)
+    sample_ids: tuple[str, ...]
+    steps: tuple[int, ...]
+    meta: dict[str, Any]  # how they were labelled (the file's metadata; {} for a file without it)
+    path: str
+    sha256: str
+
+    @property
+    def n(self) -> int:
+        return int(self.confidence.shape[0])
+
+    @property
+    def block_length(self) -> int:
+        return int(self.confidence.shape[1])
+
+
+def _bad(path: str, problem: str) -> RippleError:
+    return RippleError(f"--data {path}: {problem}; expected the Parquet file `ripple learn label` writes "
+                       f"(columns {', '.join(COLUMNS)})")
+
+
+def read_records(path: str | os.PathLike) -> Records:
+    """The records of a labelling Parquet file, refused in one line when missing, unreadable, empty or
+    not of that form (columns, types, equal row widths, confidences in [0, 1])."""
+    import numpy as np
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    given = str(path)
+    where = Path(path).expanduser()
+    if not where.exists():
+        raise RippleError(f"--data {given}: no such file; write one with `ripple learn label ... --out FILE.parquet`")
+    if not where.is_file():
+        raise RippleError(f"--data {given}: is not a file")
+    try:
+        table = pq.read_table(where)
+    except Exception as exc:  # noqa: BLE001 -- pyarrow's errors for a damaged or foreign file vary
+        raise _bad(given, f"not a readable Parquet file ({' '.join(str(exc).split())[:200]})") from None
+    frame = pl.from_arrow(table)
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise _bad(given, f"missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    integers = ((pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64), "integers")
+    want = {"sample_id": ((pl.String,), "strings"), "block": integers, "step": integers}
+    for name, (kinds, text) in want.items():
+        if frame.schema[name] not in kinds:
+            raise _bad(given, f"column {name} is {table.schema.field(name).type}, expected {text}")
+    lists = {"confidence": ((pl.Float32, pl.Float64), "floats"), "is_correct": ((pl.Boolean,), "booleans")}
+    for name, (inner, text) in lists.items():
+        dtype = frame.schema[name]
+        if not isinstance(dtype, pl.List) or dtype.inner not in inner:
+            raise _bad(given, f"column {name} is {table.schema.field(name).type}, expected a list of {text}")
+    if frame.height == 0:
+        raise _bad(given, "holds no records")
+    nulls = [c for c in COLUMNS if frame[c].null_count()
+             or (c in lists and frame[c].list.eval(pl.element().is_null().any()).explode().any())]
+    if nulls:
+        raise _bad(given, f"column {nulls[0]} holds a null")
+    widths = frame["confidence"].list.len()
+    if (widths != frame["is_correct"].list.len()).any():
+        row = int((widths != frame["is_correct"].list.len()).arg_true()[0])
+        raise _bad(given, f"row {row} has {widths[row]} confidences but {frame['is_correct'][row].len()} labels")
+    if widths.n_unique() > 1 or widths[0] < 1:
+        raise _bad(given, f"rows are of {', '.join(map(str, sorted(widths.unique().to_list())))} positions; every "
+                          f"row holds one block's positions (one block length)")
+    X = np.array(frame["confidence"].to_list(), dtype=np.float32)  # [n, B]
+    if not np.isfinite(X).all() or (X < 0).any() or (X > 1).any():
+        raise _bad(given, "a confidence outside [0, 1]")
+    y = np.array(frame["is_correct"].to_list(), dtype=np.float32)  # [n, B]
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    try:
+        meta = json.loads(raw) if raw else {}
+    except ValueError:
+        meta = {}
+    return Records(X, y, tuple(frame["sample_id"].to_list()), tuple(frame["step"].to_list()),
+                   meta if isinstance(meta, dict) else {}, given, file_sha256(where))
+
+
+# ---------------------------------------------------------------------------- the split
+@dataclass(frozen=True)
+class Split:
+    """Record indices of the three parts, in the shuffled order."""
+
+    train: tuple[int, ...]
+    val: tuple[int, ...]
+    test: tuple[int, ...]
+
+
+def notebook_split(n: int, seed: int) -> Split:
+    """Learn2PD's split: `random.seed(seed); random.shuffle(records)`, then the first int(0.8 n), the
+    next int(0.1 n), the rest. A shuffle's permutation depends only on the list's length and the
+    generator, so shuffling indices with a generator of our own seeded alike gives the same order."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    first = int(n * 0.8)
+    second = first + int(n * 0.1)
+    return Split(tuple(order[:first]), tuple(order[first:second]), tuple(order[second:]))
+
+
+# ---------------------------------------------------------------------------- recipes
+@dataclass(frozen=True)
+class Recipe:
+    """A way to train a filter: its architecture, defaults and the function that trains it."""
+
+    name: str
+    architecture: str
+    epochs: int  # the default number of full-batch steps
+    train: Callable[..., "Fit"]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What a recipe's training gives: the module and its per-epoch curve."""
+
+    module: Any
+    curve: tuple[tuple[int, float, float, float], ...]  # (epoch, train loss, val loss, val false positives at 0.9)
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+
+
+_RECIPES: dict[str, Recipe] = {}
+
+
+def register_recipe(recipe: Recipe) -> Recipe:
+    if recipe.name in _RECIPES:
+        raise ValueError(f"recipe {recipe.name!r} registered twice")
+    _RECIPES[recipe.name] = recipe
+    return recipe
+
+
+def recipes() -> list[str]:
+    return sorted(_RECIPES)
+
+
+def get_recipe(name: str) -> Recipe:
+    if name not in _RECIPES:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(_RECIPES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RippleError(f"unknown recipe {name!r}{hint}; accepted: {', '.join(recipes())}")
+    return _RECIPES[name]
+
+
+def false_positive(preds, y) -> float:
+    """The notebook's false-positive rate: predicted positives that are negatives, over predicted
+    positives (NaN when nothing is predicted positive, as the notebook's division gives)."""
+    return ((preds > y).sum() / preds.sum()).item()
+
+
+def _train_learn2pd(X, y, Xv, yv, *, block_length: int, epochs: int, seed: int, progress: bool) -> Fit:
+    """Learn2PD's notebook loop: full-batch AdamW steps, each followed by the validation pass."""
+    import torch
+
+    from ...progress import progress as progress_bar
+
+    lr = 0.003
+    with torch.random.fork_rng(devices=[]):  # the caller's torch random state is left as it was
+        torch.manual_seed(seed)
+        module = build_filter("learn2pd", block_length)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    optimizer = torch.optim.AdamW(module.parameters(), lr=lr)
+    curve = []
+    bar = progress_bar(total=epochs, disable=not progress, unit="epoch", dynamic_ncols=True, desc="learn2pd")
+    try:
+        for epoch in range(epochs):
+            module.train()
+            optimizer.zero_grad()
+            logits = module(X)  # [n, B]
+            loss = loss_fn(logits, y)
+            loss.backward()
+            optimizer.step()
+            module.eval()
+            with torch.no_grad():
+                val_logits = module(Xv)  # [m, B]
+                val_loss = loss_fn(val_logits, yv).item()
+                preds = (torch.sigmoid(val_logits) > THRESHOLD).float()
+                curve.append((epoch, loss.item(), val_loss, false_positive(preds, yv)))
+            bar.update(1)
+            if epoch % 100 == 0 or epoch == epochs - 1:
+                bar.set_postfix_str(f"loss {curve[-1][1]:.4f} val {val_loss:.4f}", refresh=False)
+    finally:
+        bar.close()
+    return Fit(module, tuple(curve), {"optimizer": "AdamW", "lr": lr, "weight_decay": 0.01, "batch": "full",
+                                      "loss": "BCEWithLogitsLoss (mean)", "threshold": THRESHOLD})
+
+
+LEARN2PD = register_recipe(Recipe(
+    "learn2pd", "learn2pd", 3000, _train_learn2pd,
+    doc="Learn2PD's train.ipynb: shuffle under the seed, 80/10/10, torch.manual_seed, BCE with logits, AdamW "
+        "lr 0.003, full batch (the notebook runs 40,000 epochs; 3,000 here by default)"))
+
+
+# ---------------------------------------------------------------------------- the workflow
+@dataclass(frozen=True)
+class Training:
+    """What one `ripple learn train` wrote: the filter's directory, its card, the curve and plot."""
+
+    out: Path
+    card: FilterCard
+    curve_file: Path
+    plot: Path
+    seconds: float
+
+    def summary(self) -> str:
+        c, m = self.card, self.card.metrics
+        test = m["test_at_0.9"]
+        sizes = m["split"]
+        return (f"{self.out}: {c.recipe} filter ({c.architecture}, block_length {c.block_length}) from {c.records} "
+                f"records of {c.prompts} prompts ({c.model or 'model unknown'}, {c.task or 'task unknown'} "
+                f"{c.split}; train/val/test {sizes['train']}/{sizes['val']}/{sizes['test']}), {c.epochs} epochs at "
+                f"seed {c.seeds[0]} in {self.seconds:.1f} s\n"
+                f"final train loss {_fmt(m['final_train_loss'])}, val loss {_fmt(m['final_val_loss'])}; held-out "
+                f"(test) at 0.9: accuracy {_fmt(test['accuracy'])}, false positive {_fmt(test['false_positive'])}, "
+                f"false negative {_fmt(test['false_negative'])}\n"
+                f"card {self.out / 'card.json'}; curve {self.curve_file}; plot {self.plot}")
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def _finite(v: float) -> float | None:
+    """A metric for JSON: None where the notebook's division gave NaN (nothing predicted positive)."""
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def held_out_metrics(module, X, y) -> dict[str, Any]:
+    """The notebook's last cell on the held-out records: accuracy, false negatives, false positives at 0.9."""
+    import torch
+
+    with torch.no_grad():
+        preds = (torch.sigmoid(module(X)) > THRESHOLD).float()  # [k, B]
+    return {"accuracy": _finite((preds == y).float().mean().item()),
+            "false_negative": _finite(((preds < y).sum() / (preds.numel() - preds.sum())).item()),
+            "false_positive": _finite(false_positive(preds, y)),
+            "predicted_positive": int(preds.sum().item()), "positions": int(preds.numel())}
+
+
+def train_filter(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str = "learn2pd",
+                 epochs: int | None = None, seed: int = 0, threads: int | None = 1,
+                 progress: bool = False) -> Training:
+    """Train `recipe`'s filter on the records in `data` and write it with its card, curve and plot to
+    `out`. Everything is checked before anything is written."""
+    import torch
+
+    chosen = get_recipe(recipe)
+    if epochs is None:
+        epochs = chosen.epochs
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise RippleError(f"--epochs must be a positive number of epochs, got {epochs!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise RippleError(f"--seed must be a non-negative integer, got {seed!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise RippleError(f"--threads must be a positive number of threads, got {threads!r}")
+    records = read_records(data)
+    arch = get_architecture(chosen.architecture)
+    split = notebook_split(records.n, seed)
+    if not split.val or not split.test:
+        raise RippleError(f"--data {records.path}: {records.n} records leave the 80/10/10 split without validation "
+                          f"or held-out records; label at least 10 records (more prompts: --limit)")
+    started = time.perf_counter()
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        def part(idx):  # [k, B] each, in the shuffled order
+            ix = list(idx)
+            return torch.from_numpy(records.confidence[ix]), torch.from_numpy(records.labels[ix])
+
+        (X, y), (Xv, yv), (Xt, yt) = part(split.train), part(split.val), part(split.test)
+        fit = chosen.train(X, y, Xv, yv, block_length=records.block_length, epochs=epochs, seed=seed,
+                           progress=progress)
+        test = held_out_metrics(fit.module, Xt, yt)
+    finally:
+        torch.set_num_threads(before)
+    seconds = time.perf_counter() - started
+    last = fit.curve[-1]
+    meta = records.meta
+    blocks = sum(1 for s in records.steps if s == 1)  # the notebook's "average steps" divides by these
+    metrics = {
+        "split": {"train": len(split.train), "val": len(split.val), "test": len(split.test)},
+        "positive_fraction": float(records.labels.mean(dtype="float64")),
+        "average_steps_as_printed_by_the_notebook": records.n / blocks if blocks else None,
+        "final_train_loss": _finite(last[1]), "final_val_loss": _finite(last[2]),
+        "final_val_false_positive_at_0.9": _finite(last[3]),
+        "test_at_0.9": test,
+        "curve": {"columns": ["epoch", "train_loss", "val_loss", "val_false_positive_at_0.9"],
+                  "rows": [[e, _finite(a), _finite(b), _finite(c)] for e, a, b, c in fit.curve
+                           if e % CURVE_EVERY == 0 or e == len(fit.curve) - 1]},
+        "hyperparameters": fit.hyperparameters,
+        "seconds": round(seconds, 3),
+        "threads": threads,
+    }
+    settings = {k: meta[k] for k in ("gen_length", "block_length", "steps", "dtype", "cell_id", "experiment",
+                                     "weights") if k in meta}
+    settings.update(data=records.path, data_sha256=records.sha256)
+    card = FilterCard(
+        chosen.architecture, records.block_length if arch.fixed_width else None, arch.features,
+        model=str(meta.get("model", "")), model_sha256=str(meta.get("weights_sha256") or ""),
+        task=str(meta.get("task", "")), split=str(meta.get("split", "")),
+        prompts=int(meta.get("prompts") or len(set(records.sample_ids))), records=records.n, recipe=chosen.name,
+        seeds=(seed,), epochs=epochs, metrics=metrics, settings=settings)
+    target = Path(out).expanduser()
+    card = save_filter(target, fit.module, card)
+    curve_file = write_curve(target / "curve.csv", fit.curve)
+    plot = plot_curve(target / "learning_curve.png", fit.curve, card)
+    return Training(target, card, curve_file, plot, seconds)
+
+
+def write_curve(path: Path, curve) -> Path:
+    """Every epoch's losses and validation false-positive rate (empty where the notebook's division is NaN)."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["epoch", "train_loss", "val_loss", "val_false_positive_at_0.9"])
+        for e, a, b, c in curve:
+            w.writerow([e, repr(a), repr(b), "" if not math.isfinite(c) else repr(c)])
+    return path
+
+
+def plot_curve(path: Path, curve, card: FilterCard) -> Path:
+    """The notebook's two figures on one page: the losses, and the validation false-positive rate at 0.9."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    epochs = [c[0] for c in curve]
+    fig = Figure(figsize=(10, 4.2))
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    left.plot(epochs, [c[1] for c in curve], label="training loss", color="#0066CC")
+    left.plot(epochs, [c[2] for c in curve], label="validation loss", color="red")
+    left.set_xlabel("epoch")
+    left.set_ylabel("BCE with logits")
+    left.legend()
+    left.grid(True)
+    right.plot(epochs, [c[3] for c in curve], label="validation false-positive rate at 0.9", color="green")
+    right.set_xlabel("epoch")
+    right.set_ylabel("false-positive rate")
+    right.legend()
+    right.grid(True)
+    fig.suptitle(f"{card.recipe} filter, block length {card.block_length}: {card.model or '?'} {card.task} "
+                 f"{card.split}, {card.records} records, seed {card.seeds[0]}", fontsize=10)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    return path
