@@ -45,6 +45,10 @@ Other needs are declared too, never named (the field's decoders, issue 35):
   (ripple/platform/runtime/reference.py) and hands each block state its sample's reference tokens
   (`BlockState.reference`); only the follower's own forwards count in NFE, the reference run's go
   to `SampleOutput.reference_nfe`. A decoder that follows a reference is never followed;
+- a decoder that needs a model beside the dLLM (a draft-and-verify decoder's verifier) names it per
+  configuration in `auxiliary_models()` ({role: reference}); the engine refuses a run whose model it
+  does not hold and hands it back by role (`RunShape.models`, `BlockState.models`), counting its calls
+  apart from NFE (ripple/platform/runtime/auxiliary.py);
 - a decoder whose rule depends on the run's geometry (PC-Sampler's steps per block, a prior over
   the model's vocabulary) checks it in `prepare`, once per `generate`, before any forward, and
   reads `BlockState.n_blocks` (the blocks this sample decodes).
@@ -161,6 +165,8 @@ class RunShape:
     # the weights digest of the model (`weights_digest`: sha256 prefix), for decoders that declare
     # `checks_weights` (a learned filter names the model it was trained on); None: unknown
     weights: str | None = None
+    # the models this configuration declared beside the dLLM (`Scheduler.auxiliary_models`), by role
+    models: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -213,6 +219,9 @@ class BlockState:
         # did not reach them (dual, a block-causal family's extent) or in the last block
         self.rest: torch.Tensor | None = None
         self.rest_tokens: torch.Tensor | None = None
+        # the models the decoder declared beside the dLLM (`Scheduler.auxiliary_models`), by role; each call
+        # of one counts a forward of that role for this sample, apart from NFE. Empty for the others
+        self.models: dict[str, Any] = {}
         self._logits = logits
         self._probs: torch.Tensor | None = None
         self._shadow: torch.Tensor | None = None
@@ -372,6 +381,12 @@ class Scheduler(ABC):
     def model_defaults(cls, generation: dict[str, Any]) -> dict[str, str]:
         """Hyperparameter strings (as `--set` takes them) that a model's generation_config.json sets;
         `ripple generate` and `ripple eval` use them for the settings not given with --set."""
+        return {}
+
+    def auxiliary_models(self) -> dict[str, str]:
+        """Models this configuration needs beside the dLLM, {role: reference} (a folder, a hub id or an
+        embedded name, e.g. a verifier named by a hyperparameter): loaded once beside the dLLM and handed
+        back as `RunShape.models` and `BlockState.models` (ripple/platform/runtime/auxiliary.py)."""
         return {}
 
     def reference_decoder(self) -> "Scheduler":

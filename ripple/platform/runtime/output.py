@@ -19,6 +19,8 @@ class SampleOutput:
     encoder_nfe: int = 0  # of `nfe`, encoder passes (a uniform-noise family: prompt and emitted canvases)
     # forwards of the decoder a follower (the oracle) followed, never in `nfe`; None: no reference was run
     reference_nfe: int | None = None
+    # forwards of the models the decoder declared beside this one, by role (auxiliary.py), never in `nfe`
+    auxiliary_nfe: tuple[tuple[str, int], ...] = ()
 
     @property
     def tps(self) -> float:
