@@ -500,13 +500,12 @@ class SpecParser:
         checked here, cheaply: a worker would refuse them only after loading the weights) or a hub id,
         which only the workers resolve: downloading 16 GB into the driver just to validate would be
         wrong. The family's kind of noise is kept for `decoders_fit`."""
-        from ..runtime.loading import EMBEDDED, read_config, require_tokenizer, weight_files
-        from ..runtime.models import get_family
+        from ..runtime.loading import EMBEDDED, dllm_family, read_config, require_tokenizer, weight_files
 
         path = Path(name).expanduser()
         if name not in EMBEDDED and path.is_dir():
             try:
-                family = get_family(read_config(path)["model_type"])
+                family = dllm_family(name, read_config(path))
                 weight_files(path)
                 require_tokenizer(name)
             except RippleError as exc:
@@ -515,7 +514,10 @@ class SpecParser:
             return
         if name in EMBEDDED:
             if (EMBEDDED[name] / "config.json").exists():
-                family = get_family(read_config(EMBEDDED[name])["model_type"])
+                try:
+                    family = dllm_family(name, read_config(EMBEDDED[name]))
+                except RippleError as exc:
+                    raise self.fail(str(exc)) from None
                 self.kinds[name] = (family.name, family.noise)
             return
         if _HUB_ID.match(name):

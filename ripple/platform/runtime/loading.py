@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from ...errors import RippleError
 from .models import DiffusionTransformer, get_family
-from .models.family import refuse_prompt
+from .models.family import Family, diffusion_families, refuse_prompt
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ASSETS = Path(__file__).resolve().parents[2] / "assets"  # ripple/assets
@@ -39,7 +39,7 @@ class LoadedModel:
     name: str
     path: Path
     model_type: str
-    mask_id: int | None  # None only for a uniform-noise family (no mask token)
+    mask_id: int | None  # None only for a uniform-noise family or a causal LM (no mask token)
     eos_ids: tuple[int, ...]  # the ids that end a response, by the family's `stop_ids` rule
     pad_id: int
     max_positions: int
@@ -51,6 +51,11 @@ class LoadedModel:
     @property
     def shift(self) -> int:
         return getattr(self.model, "shift", 0)  # a uniform-noise family does not shift
+
+    @property
+    def causal(self) -> bool:
+        """A causal LM (`load_causal`), never handed to a decoder."""
+        return bool(getattr(self.model, "causal", False))
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -116,6 +121,16 @@ def read_config(path: Path) -> dict:
     if not isinstance(cfg, dict) or "model_type" not in cfg:
         raise RippleError(f"checkpoint {path}: config.json has no model_type")
     return cfg
+
+
+def dllm_family(name: str, cfg: dict) -> Family:
+    """The family of checkpoint `name`'s config.json, refused in one line when it is a causal LM: decoders
+    decode diffusion LMs only (a causal LM serves as a verifier, `load_causal`)."""
+    family = get_family(cfg["model_type"])
+    if family.causal:
+        raise RippleError(f"model {name!r} is a causal LM ({family.name}), not a diffusion LM: no decoder decodes "
+                          f"it (it serves as a verifier); diffusion model_types: {', '.join(diffusion_families())}")
+    return family
 
 
 def weight_files(path: Path) -> list[Path]:
@@ -397,13 +412,13 @@ def block_aligned(name: str, gen_length: int, block_length: int) -> bool:
     weights load; only asked when they do not divide)."""
     if block_length <= 0 or gen_length % block_length == 0:
         return False
-    family = get_family(read_config(resolve_model_dir(name))["model_type"])
+    family = dllm_family(name, read_config(resolve_model_dir(name)))
     return family.block_causal or family.noise == "uniform"
 
 
 def config_noise(name: str) -> tuple[str, str]:
     """(family name, its noise) from config.json's model_type, read before any weights load."""
-    family = get_family(read_config(resolve_model_dir(name))["model_type"])
+    family = dllm_family(name, read_config(resolve_model_dir(name)))
     return family.name, family.noise
 
 
@@ -450,20 +465,38 @@ def refuse_prompt_ids(name: str, prompts) -> None:
     (DiffusionGemma's image token), read from config.json once, before any weights load. Generated tokens
     are never checked: they are text whatever their id."""
     cfg = read_config(resolve_model_dir(name))
-    family = get_family(cfg["model_type"])
+    family = dllm_family(name, cfg)
     refusals = family.prompt_refusals(cfg)
     for ids in prompts:
         refuse_prompt(family.name, ids, refusals)
 
 
 def load_model(name: str, dtype: str = "auto", device: str = "auto", tokenizer: Any = None) -> LoadedModel:
-    """The checkpoint `name` on `device` in `dtype`; `tokenizer`: this checkpoint's, when the caller has
-    already loaded it (to tokenize a prompt before the weights load)."""
+    """The diffusion LM `name` on `device` in `dtype`; `tokenizer`: this checkpoint's, when the caller has
+    already loaded it (to tokenize a prompt before the weights load). A causal LM is refused."""
+    return _load(name, dtype, device, tokenizer, causal=False)
+
+
+def load_causal(name: str, dtype: str = "auto", device: str = "auto", tokenizer: Any = None) -> LoadedModel:
+    """The causal LM `name` (a verifier: ripple/platform/runtime/causal.py) on `device` in `dtype`; a
+    diffusion LM is refused."""
+    return _load(name, dtype, device, tokenizer, causal=True)
+
+
+def _load(name: str, dtype: str, device: str, tokenizer: Any, causal: bool) -> LoadedModel:
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     path = resolve_model_dir(name)
     cfg = read_config(path)
-    family = get_family(cfg["model_type"])
+    if causal:
+        from .models.family import causal_families
+
+        family = get_family(cfg["model_type"])
+        if not family.causal:
+            raise RippleError(f"model {name!r} is a diffusion LM ({family.name}), not a causal LM; "
+                              f"causal model_types: {', '.join(causal_families())}")
+    else:
+        family = dllm_family(name, cfg)
     tcfg = family.to_config(cfg)
     files = weight_files(path)
     check_device_memory(files, dev, dt, name)
@@ -473,8 +506,10 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", tokenizer: 
     model.eval().requires_grad_(False)
     if tokenizer is None:
         tokenizer = load_tokenizer(path)
-    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask",
+    mask_id, eos_ids, pad_id = special_ids(cfg, path, tokenizer, needs_mask=family.noise == "mask" and not causal,
                                            stop_rule=family.stop_ids)
+    if causal:
+        mask_id = None  # a causal LM has no mask token, whatever its tokenizer names (ripple-tiny-ar shares ripple-tiny's)
     return LoadedModel(
         model=model, name=name, path=path, model_type=family.name, mask_id=mask_id, eos_ids=eos_ids,
         pad_id=pad_id, max_positions=family.max_positions(cfg), device=dev, dtype=dt,

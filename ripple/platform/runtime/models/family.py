@@ -63,6 +63,10 @@ class Family:
     # the ids that end a response (a name in STOP_RULES): those the family's reference generate stops
     # on, so a token it treats as text never ends a Ripple response early (Fast-dLLM v2: `config`)
     stop_ids: str = "every"
+    # a causal (autoregressive) LM, not a diffusion LM: it has no mask id, the loader builds it only
+    # through `load_causal` (ripple/platform/runtime/causal.py: a verifier's next-token logits) and
+    # every decoding path refuses it in one line
+    causal: bool = False
 
     def __post_init__(self):
         if self.stop_ids not in STOP_RULES:
@@ -74,6 +78,9 @@ class Family:
             raise ValueError(f"family {self.name!r}: shift {self.shift} needs opening_commit (supported shifts: 0, 1)")
         if self.noise not in NOISES:
             raise ValueError(f"family {self.name!r}: noise {self.noise!r} is unknown; accepted: {', '.join(NOISES)}")
+        if self.causal and (self.module is not None or self.shift or self.opening_commit or self.block_causal
+                            or self.stops_at_eos or self.eos_stops_mid_block or self.prefills_prompt_blocks):
+            raise ValueError(f"family {self.name!r}: a causal family declares none of the mask engine's properties")
         if self.noise != "mask" and (self.module is None or self.shift or self.opening_commit
                                      or self.block_causal or self.stops_at_eos
                                      or self.eos_stops_mid_block or self.prefills_prompt_blocks):
@@ -87,7 +94,7 @@ class Family:
         return DiffusionTransformer(cfg, shift=self.shift, opening_commit=self.opening_commit,
                                     block_causal=self.block_causal, stops_at_eos=self.stops_at_eos,
                                     eos_stops_mid_block=self.eos_stops_mid_block,
-                                    prefills_prompt_blocks=self.prefills_prompt_blocks)
+                                    prefills_prompt_blocks=self.prefills_prompt_blocks, causal=self.causal)
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -101,6 +108,16 @@ def register_family(family: Family) -> Family:
 
 def registered_families() -> list[str]:
     return sorted(_FAMILIES)
+
+
+def diffusion_families() -> list[str]:
+    """The model_type values a decoder can decode (every registered one but the causal LMs')."""
+    return sorted(t for t, f in _FAMILIES.items() if not f.causal)
+
+
+def causal_families() -> list[str]:
+    """The model_type values of causal LMs (verifiers)."""
+    return sorted(t for t, f in _FAMILIES.items() if f.causal)
 
 
 def get_family(model_type: str) -> Family:

@@ -233,9 +233,12 @@ class DiffusionTransformer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig, shift: int = 0, opening_commit: bool = False,
                  block_causal: bool = False, stops_at_eos: bool = False, eos_stops_mid_block: bool = False,
-                 prefills_prompt_blocks: bool = False):
+                 prefills_prompt_blocks: bool = False, causal: bool = False):
         super().__init__()
         self.cfg = cfg
+        # a causal LM (Qwen2): query i sees keys up to its own canvas position, and logits row i
+        # predicts token i + 1 (ripple/platform/runtime/causal.py); the mask engine never runs one
+        self.causal = causal
         self.shift = shift  # 1: the prediction for position i is read at i-1 (Dream)
         self.opening_commit = opening_commit  # the family's block opening (ripple/platform/runtime/models/family.py)
         self.block_causal = block_causal  # a block-diffusion family (LLaDA2): the engine's block rules
@@ -251,6 +254,22 @@ class DiffusionTransformer(nn.Module):
     @property
     def vocab_size(self) -> int:
         return self.cfg.vocab_size
+
+    @staticmethod
+    def _causal_mask(T: int, kv: KVCache | None, window: tuple[int, int] | None,
+                     attn_mask: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+        """`attn_mask` (padding; None, bool or additive) restricted to causal attention: the fresh token
+        t sits at canvas position w0 + t and sees the keys of positions up to it (no extra segments)."""
+        w0, w1 = window if kv is not None else (0, T)
+        if kv is not None and T != w1 - w0:
+            raise ValueError("a causal forward takes exactly the window's tokens (no extra segments)")
+        K = T if kv is None else max(kv.length, w1)
+        causal = torch.arange(K, device=device)[None] <= (w0 + torch.arange(T, device=device))[:, None]  # [T, K]
+        if attn_mask is None:
+            return causal[None, None]  # [1, 1, T, K]
+        if attn_mask.dtype == torch.bool:
+            return attn_mask & causal
+        return attn_mask.masked_fill(~causal, float("-inf"))
 
     def forward(
         self,
@@ -269,6 +288,8 @@ class DiffusionTransformer(nn.Module):
                                torch.float32 if self.cfg.rope_full_precision else x.dtype)
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             attn_mask = attn_mask.to(x.dtype)
+        if self.causal:
+            attn_mask = self._causal_mask(tokens.shape[1], kv, window, attn_mask, tokens.device)
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             pk = kv.keys[i] if kv is not None else None
