@@ -66,6 +66,12 @@ loop, which has no such commit) decides that position itself from the opening fo
 the block, where the recomputed window holds that row (cache `none`); with a cache the engine still
 commits it at the opening. Such a decoder packs no block copies (lookahead, shadow).
 
+A decoder with a second model (APD's verifier, issue 58) declares the hyperparameter that names it with
+`params.auxiliary` (and the kind of model: a causal LM). The platform loads what a configuration names
+once per process, beside the dLLM on its device and dtype, refuses one that cannot serve the dLLM, and
+hands it over with `attach_auxiliary`; the decoder reads it with `auxiliary_model(name)` and counts its
+forwards per sample with `BlockState.count_verifier`, which reach `SampleOutput.verifier_nfe`, never NFE.
+
 Decoders that draw random numbers (ParallelBench's random ranking) say so per configuration
 (`draws`): each sample then gets its own CPU `torch.Generator`, seeded with the sample's seed, as
 `BlockState.generator`, so a sample's draws depend on its seed only, never on the batch. A decoder
@@ -78,10 +84,15 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..errors import RippleError
 from ..lazy import torch
 from .params import HyperParams
 
 CACHE_POLICIES = ("none", "prefix", "dual")
+
+
+# where a sample's count of second-model forwards lives (`BlockState.count_verifier`, read by the engine)
+VERIFIER_NFE = "_verifier_nfe"
 
 
 def no_positions() -> torch.Tensor:
@@ -249,6 +260,11 @@ class BlockState:
         """Masked positions of the whole block, the sub-blocks after the current one included."""
         return self.tokens == self.mask_id
 
+    def count_verifier(self, forwards: int = 1) -> None:
+        """Count forwards of the decoder's second model for this sample (decoders that declare an auxiliary
+        model): the engine reports them as `SampleOutput.verifier_nfe`, apart from the dLLM's NFE."""
+        self.sample_memory[VERIFIER_NFE] = self.sample_memory.get(VERIFIER_NFE, 0) + forwards
+
     def enter_sub_block(self, lo: int, hi: int) -> None:
         """Move the window to block offsets [lo, hi) (the engine, sub-blocks left to right)."""
         L = self.tokens.shape[0]
@@ -303,6 +319,27 @@ class Scheduler(ABC):
 
     def __init__(self, params: HyperParams | None = None):
         self.params = params if params is not None else self.Params()
+        self._auxiliary: dict[str, Any] = {}  # loaded second models by hyperparameter (`attach_auxiliary`)
+
+    @classmethod
+    def declares_auxiliary(cls) -> bool:
+        """Whether some hyperparameter names a second model (`params.auxiliary` fields): then the engine
+        reports `verifier_nfe` and the platform loads what the configuration names before decoding."""
+        return bool(cls.Params.auxiliary_fields())
+
+    def attach_auxiliary(self, models: dict[str, Any]) -> None:
+        """Hand over the second models this configuration names, loaded (hyperparameter -> model; the
+        platform's loader, ripple/platform/runtime/auxiliary.py). Configuration, like a prior: never a
+        sample's state, so one loaded model serves every sample."""
+        self._auxiliary = dict(models)
+
+    def auxiliary_model(self, name: str) -> Any:
+        """The loaded second model named by hyperparameter `name`; one line if nothing loaded it."""
+        if name not in self._auxiliary:
+            raise RippleError(f"decoder {self.name!r} needs the model its hyperparameter {name!r} names loaded "
+                              "beside the dLLM; decode through ripple.generate, ripple.evaluate or a grid, which "
+                              "load it")
+        return self._auxiliary[name]
 
     @property
     def may_edit(self) -> bool:

@@ -223,6 +223,7 @@ class Generation:
     seed: int
     trace: tuple[dict, ...] | None = None
     reference_nfe: int | None = None  # forwards of the decoder the oracle followed (None: another decoder)
+    verifier_nfe: int | None = None  # forwards of the decoder's second model, never in nfe (None: it has none)
 
     @property
     def tpf(self) -> float | None:
@@ -236,7 +237,7 @@ class Generation:
                 "tokens": list(self.tokens), "text": self.text, "nfe": self.nfe, "lookahead_nfe": self.lookahead_nfe,
                 "decode_seconds": self.decode_seconds, "generated_tokens": self.generated_tokens, "tps": self.tps,
                 "canvas_tps": self.canvas_tps, "edits": self.edits, "encoder_nfe": self.encoder_nfe, "seed": self.seed,
-                "reference_nfe": self.reference_nfe}
+                "reference_nfe": self.reference_nfe, "verifier_nfe": self.verifier_nfe}
 
 
 def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None = None, *, gen_length: int | None = None,
@@ -280,7 +281,8 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None =
                           completion_text(tokenizer, out) if tokenizer is not None else None, out.nfe,
                           out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
                           out.edits, out.encoder_nfe, seed,
-                          tuple(e for e in events if e.get("sample", 0) == r) if trace else None, out.reference_nfe)
+                          tuple(e for e in events if e.get("sample", 0) == r) if trace else None, out.reference_nfe,
+                          out.verifier_nfe)
                for r, (p, out) in enumerate(zip(ids, outs))]
     return results[0] if alone else results
 
@@ -329,7 +331,8 @@ def _sample_frame(samples: Sequence[SampleResult]) -> pl.DataFrame:
                                       "lookahead_nfe": pl.Int64, "decode_seconds": pl.Float64,
                                       "generated_tokens": pl.Int64, "tps": pl.Float64, "canvas_tps": pl.Float64,
                                       "edits": pl.Int64, "encoder_nfe": pl.Int64, "seed": pl.Int64,
-                                      "floor_nfe": pl.Int64, "trace": pl.String, "reference_nfe": pl.Int64})
+                                      "floor_nfe": pl.Int64, "trace": pl.String, "reference_nfe": pl.Int64,
+                                      "verifier_nfe": pl.Int64})
 
 
 def evaluation(cell: CellResult) -> Evaluation:

@@ -126,6 +126,9 @@ class SampleRecord(DecodeSettings):
     # forwards of the decoder the oracle followed (issue 51), never in nfe; None for every other decoder
     # and for records stored before it
     reference_nfe: int | None = None
+    # forwards of the decoder's second model (a verifier, issue 58), never in nfe; None for decoders without
+    # one and for records stored before it
+    verifier_nfe: int | None = None
     floor_nfe: int | None = None  # the task's floor for the sample (Task.floor_nfe; None: the task defines none)
     # the seed of the sample's own generator, sample_seed(seed, sample_id) (ripple/platform/experiments/
     # evaluate.py), when its decoder draws (renoise); None for the greedy mask decoders
@@ -181,7 +184,8 @@ ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_secon
                                  "eos_early_stop": False, "chat_form": "singleturn",
                                  "task_options": "{}", "block_align": "response", "plugins": None,
                                  "encoder_nfe": None, "sample_seed": None, "floor_nfe": None, "score_strict": None,
-                                 "sub_block_length": None, "trace": None, "reference_nfe": None}
+                                 "sub_block_length": None, "trace": None, "reference_nfe": None,
+                                 "verifier_nfe": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 

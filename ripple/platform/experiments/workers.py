@@ -179,7 +179,7 @@ class SampleWorker:
             records.append(item.record(
                 prompt_tokens=len(ids), completion=text, generated_tokens=out.generated_tokens, nfe=out.nfe,
                 lookahead_nfe=out.lookahead_nfe, edits=out.edits, encoder_nfe=out.encoder_nfe,
-                reference_nfe=out.reference_nfe,
+                reference_nfe=out.reference_nfe, verifier_nfe=out.verifier_nfe,
                 floor_nfe=task.floor_nfe(item.example), sample_seed=drawn_seed(decoder, cell.seed, item.example.id),
                 decode_seconds=out.decode_seconds, tps=out.tps, canvas_tps=out.canvas_tps, correct=bool(score.correct),
                 score=dumps(score.details), score_strict=strict_of(score.details), trace=trace, **where,

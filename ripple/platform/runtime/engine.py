@@ -95,7 +95,7 @@ import torch
 from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Plan, RunShape, Scheduler, greedy
 from ...errors import RippleError
 from .models.transformer import KVCache
-from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
+from .output import SampleOutput, synchronize, verifier_nfe  # noqa: F401  (their home; imported from here too)
 from .reference import Reference, follow
 from .renoising import RenoisingRun
 from .tracing import read_keys, token_probs
@@ -512,7 +512,7 @@ class _Run:
             resp = self.canvas[r, self.starts[r]:self.starts[r] + cfg.gen_length].tolist()
             gen = next((i for i, t in enumerate(resp) if t in e.eos_ids), len(resp))
             out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length,
-                                    self.edits[r]))
+                                    self.edits[r], verifier_nfe=verifier_nfe(self.decoder, self.sample_memory[r])))
         return out
 
     def _first_eos(self, r: int, upto: int) -> int | None:

@@ -19,6 +19,9 @@ class SampleOutput:
     encoder_nfe: int = 0  # of `nfe`, encoder passes (a uniform-noise family: prompt and emitted canvases)
     # forwards of the decoder a follower (the oracle) followed, never in `nfe`; None: no reference was run
     reference_nfe: int | None = None
+    # forwards of the decoder's second model (a verifier beside the dLLM: decoders that declare an
+    # auxiliary model), never in `nfe`: a verifier's forward is not a dLLM's. None: the decoder has none
+    verifier_nfe: int | None = None
 
     @property
     def tps(self) -> float:
@@ -27,6 +30,14 @@ class SampleOutput:
     @property
     def canvas_tps(self) -> float:
         return self.gen_length / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+def verifier_nfe(decoder, sample_memory: dict) -> int | None:
+    """A sample's forwards of the decoder's second model (`BlockState.count_verifier`), or None for a
+    decoder that declares none (its records then leave the count empty)."""
+    from ...decoders.base import VERIFIER_NFE
+
+    return int(sample_memory.get(VERIFIER_NFE, 0)) if decoder.declares_auxiliary() else None
 
 
 def synchronize(device: torch.device) -> None:
