@@ -106,6 +106,15 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler] | None, model: st
     return make({**defaults, **strings}) if defaults else built
 
 
+def attach_auxiliary(lm: LoadedModel, decoder: Scheduler) -> None:
+    """Load the second models `decoder`'s configuration names (a verifier) beside `lm`, on its device and
+    dtype, refused in one line when one cannot serve it; nothing for decoders without one."""
+    if decoder.declares_auxiliary():
+        from ..runtime.auxiliary import AuxiliaryModels
+
+        AuxiliaryModels(lm).attach(decoder)
+
+
 def default_lengths(model: str | os.PathLike | LoadedModel, gen_length: int | None = None,
                     block_length: int | None = None) -> tuple[int, int]:
     """(gen_length, block_length): those given, else the model's generation_config.json's, else the
@@ -273,6 +282,7 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None =
     lm = model if loaded else load_model(source, dtype=dtype, device=device, tokenizer=tokenizer)
     for p in ids:
         refuse_ids(p, lm.mask_id, lm.model.vocab_size)  # a mask named only by the tokenizer, the vocabulary
+    attach_auxiliary(lm, dec)
     events: list[dict] = []
     outs = Engine.from_loaded(lm).generate(ids, dec, config, trace=events.append if trace else None,
                                            seeds=[seed] * len(ids))
@@ -377,6 +387,7 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] | None
 
         require_tokenizer(str(model))
     lm = load(model, dtype=dtype, device=device)
+    attach_auxiliary(lm, dec)
     cell = evaluate_cell(lm, the_task, dec, config, limit=limit, progress=progress, chat=form, on_sample=on_sample,
                          seed=seed, traces=bool(traces))
     return evaluation(cell)

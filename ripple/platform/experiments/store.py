@@ -146,6 +146,9 @@ class SampleRecord(DecodeSettings):
     hardware: str | None = None
     versions: str | None = None  # JSON: python, torch, ray, transformers, ripple
     weights: str | None = None  # weights_digest of the checkpoint that decoded it (None: stored before records carried it)
+    # JSON hyperparameter -> weights_digest of each second model the decoder ran beside the dLLM (a verifier,
+    # ripple/platform/runtime/auxiliary.py); None for decoders without one and records stored before it
+    aux_weights: str | None = None
     # JSON {"decoder"|"task": "distribution==version"} for a plugin decoder or task; None: Ripple's own
     plugins: str | None = None
     run_id: str | None = None  # the driver invocation that computed this record
@@ -185,7 +188,7 @@ ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_secon
                                  "task_options": "{}", "block_align": "response", "plugins": None,
                                  "encoder_nfe": None, "sample_seed": None, "floor_nfe": None, "score_strict": None,
                                  "sub_block_length": None, "trace": None, "reference_nfe": None,
-                                 "verifier_nfe": None}
+                                 "verifier_nfe": None, "aux_weights": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 
@@ -323,6 +326,24 @@ class ResultStore:
                 seen = ", ".join(sorted({w or "unrecorded" for w in other["weights"].to_list()}))
                 raise RippleError(f"experiment {self.experiment!r} holds {other.height} samples of {model} decoded "
                                   f"by other weights ({seen}; {model} is now {digest}): {remedy}")
+
+    def check_aux_weights(self, digests: Mapping[str, str | None], remedy: str) -> None:
+        """`check_weights` for the second models beside the dLLM (a verifier): `digests` maps a cell id to the
+        JSON its records' `aux_weights` must hold now (`auxiliary.digests_json`); None (a hub id) is not
+        checked. Samples a replaced verifier decoded are refused as a replaced dLLM's are."""
+        frame = self.read_all().filter(pl.col("error").is_null())
+        for cell_id, digest in digests.items():
+            if digest is None:
+                continue
+            other = frame.filter((pl.col("cell_id") == cell_id)
+                                 & (pl.col("aux_weights").is_null() | (pl.col("aux_weights") != digest)))
+            if other.height:
+                def text(w: str | None) -> str:  # {"verifier": "abc"} -> verifier abc
+                    return " ".join(f"{k} {v}" for k, v in json.loads(w).items()) if w else "unrecorded"
+
+                seen = ", ".join(sorted({text(w) for w in other["aux_weights"].to_list()}))
+                raise RippleError(f"experiment {self.experiment!r} holds {other.height} samples of cell {cell_id} "
+                                  f"decoded beside other second-model weights ({seen}; now {text(digest)}): {remedy}")
 
     def compact(self) -> None:
         """Merge the small part files into one compact file (idempotent, crash-safe by dedup on read)."""
