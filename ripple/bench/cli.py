@@ -18,7 +18,8 @@ Measurements, not tests.
                                               none, prefix and dual (tokens and NFE)
   python -m ripple.bench --write-checkpoint DIR [--layers N]; --load-memory DIR
                                               a random-weight checkpoint of --preset's shapes, and the
-                                              peak memory of loading and decoding one
+                                              peak memory of loading and decoding one (with --decoder
+                                              and --set verifier=DIR2, a second model counted too)
 """
 from __future__ import annotations
 
