@@ -37,7 +37,8 @@ def verifier_nfe(decoder, sample_memory: dict) -> int | None:
     decoder that declares none (its records then leave the count empty)."""
     from ...decoders.base import VERIFIER_NFE
 
-    return int(sample_memory.get(VERIFIER_NFE, 0)) if decoder.declares_auxiliary() else None
+    declares = getattr(decoder, "declares_auxiliary", None)
+    return int(sample_memory.get(VERIFIER_NFE, 0)) if declares is not None and declares() else None
 
 
 def synchronize(device: torch.device) -> None:

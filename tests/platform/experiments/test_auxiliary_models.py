@@ -216,3 +216,32 @@ def test_the_load_report_counts_the_dllm_and_the_verifier(golden, tmp_path):
     assert [(role, folder) for role, folder, _ in parts] == [("dLLM", EMBEDDED["ripple-tiny"]), ("verifier", a)]
     assert [n for _, _, n in parts] == [weight_bytes(weight_files(f), torch.bfloat16) for _, f, _ in parts]
     assert len(load_parts(str(EMBEDDED["ripple-tiny"]), "confidence")) == 1
+
+
+@pytest.mark.slow
+def test_a_grid_on_local_ray_runs_the_verifier_on_its_workers_and_refuses_another_verifiers_samples(
+        golden, tmp_path, ray_local):
+    """The same through `ripple.grid`: the decoder class pickled to a Ray worker, which loads the verifier
+    beside ripple-tiny; the records carry its digest and `verifier_nfe`; after the verifier changes, resuming
+    the experiment is one line and the store is untouched."""
+    a = write_verifier(tmp_path / "a", golden, seed=3)
+    spec = {"experiment": "aux", "models": ["ripple-tiny"], "tasks": {"arith": {"limit": 2}},
+            "decoders": ["confidence", Drafter(DrafterParams(verifier=str(a), every=1)),
+                         Drafter(DrafterParams(verifier=str(a), every=2))],
+            "gen_lengths": [16], "block_lengths": [8], "dtype": "float32"}
+    run = ripple.grid(spec, store=tmp_path / "store", track=False, workers=1)
+    records = run.store.read()
+    assert records.height == 6 and records["error"].null_count() == 6
+    drafted = records.filter(records["decoder"] == "local:Drafter")
+    assert set(drafted["aux_weights"]) == {json.dumps({"verifier": weights_digest(a)})}
+    assert drafted["verifier_nfe"].min() > 0 and drafted["verifier_nfe"].max() <= drafted["nfe"].max()
+    assert records.filter(records["decoder"] == "confidence")["verifier_nfe"].null_count() == 2
+    assert "verifier NFE" in ripple.platform.experiments.grid.format_table(run)
+
+    weights = load_file(a / "model.safetensors")
+    weights["lm_head.weight"] = -weights["lm_head.weight"]
+    save_file(weights, a / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ripple.RippleError, match=r"holds 2 samples of cell \w+ decoded beside other second-model "
+                                                 r"weights \(verifier \w+; now verifier \w+\)"):
+        ripple.grid(spec, store=tmp_path / "store", track=False, workers=1)
+    assert run.store.read().equals(records)
