@@ -104,26 +104,6 @@ def model_digests(models: Iterable[str]) -> dict[str, str | None]:
     return {m: local_weights_digest(m) for m in sorted(set(models))}
 
 
-def aux_digests(cells: Iterable[Cell]) -> dict[str, str | None]:
-    """Per cell id of a decoder with a second model (a verifier), the `aux_weights` JSON its records must
-    carry, as the driver sees the local checkpoints now (None where one is a hub id); each model hashed once."""
-    from ..runtime.auxiliary import digests_json
-    from ..runtime.loading import local_weights_digest
-
-    seen: dict[str, str | None] = {}
-    out: dict[str, str | None] = {}
-    for c in cells:
-        if not c.decoder_class.declares_auxiliary():
-            continue
-        named = c.make_decoder().params.auxiliary_models()
-        for name in named.values():
-            if name not in seen:
-                seen[name] = local_weights_digest(name)
-        out[c.cell_id] = None if any(seen[n] is None for n in named.values()) else digests_json(
-            {hp: seen[n] for hp, n in named.items()})
-    return out
-
-
 # ---------------------------------------------------------------------------- Ray
 def connect_ray() -> bool:
     """Join the cluster named by RAY_ADDRESS, or start Ray in-process on loopback. True if started here."""
@@ -354,8 +334,7 @@ def run_grid(spec: GridSpec, store_dir: str | os.PathLike, *, experiment: str | 
         store.compact()  # merge what a killed run left behind (and set damaged files aside)
         digests = model_digests(c.model for c in spec.cells)
         store.check_weights(digests, "re-run with --fresh to recompute them, or give a new --experiment")
-        store.check_aux_weights(aux_digests(spec.cells), "re-run with --fresh to recompute them, or give a new "
-                                "--experiment")
+        store.check_aux_weights("re-run with --fresh to recompute them, or give a new --experiment")
         done = store.done_keys()
         todo = [it for it in items if it.key not in done]
         run = GridRun(spec, store, run_id, len(items), len(items) - len(todo), 0)

@@ -327,23 +327,31 @@ class ResultStore:
                 raise RippleError(f"experiment {self.experiment!r} holds {other.height} samples of {model} decoded "
                                   f"by other weights ({seen}; {model} is now {digest}): {remedy}")
 
-    def check_aux_weights(self, digests: Mapping[str, str | None], remedy: str) -> None:
-        """`check_weights` for the second models beside the dLLM (a verifier): `digests` maps a cell id to the
-        JSON its records' `aux_weights` must hold now (`auxiliary.digests_json`); None (a hub id) is not
+    def check_aux_weights(self, remedy: str) -> None:
+        """`check_weights` for the second models beside the dLLM (a verifier): each stored cell's `aux_weights`
+        (hyperparameter -> digest) against the digest of the checkpoint its params name now; a hub id is not
         checked. Samples a replaced verifier decoded are refused as a replaced dLLM's are."""
-        frame = self.read_all().filter(pl.col("error").is_null())
-        for cell_id, digest in digests.items():
-            if digest is None:
-                continue
-            other = frame.filter((pl.col("cell_id") == cell_id)
-                                 & (pl.col("aux_weights").is_null() | (pl.col("aux_weights") != digest)))
-            if other.height:
-                def text(w: str | None) -> str:  # {"verifier": "abc"} -> verifier abc
-                    return " ".join(f"{k} {v}" for k, v in json.loads(w).items()) if w else "unrecorded"
+        from ..runtime.loading import local_weights_digest
 
-                seen = ", ".join(sorted({text(w) for w in other["aux_weights"].to_list()}))
+        frame = self.read_all().filter(pl.col("error").is_null() & pl.col("aux_weights").is_not_null())
+        now: dict[str, str | None] = {}
+
+        def text(digests: dict) -> str:  # {"verifier": "abc"} -> verifier abc
+            return " ".join(f"{k} {v}" for k, v in sorted(digests.items()))
+
+        for (cell_id, params), rows in sorted(frame.group_by(["cell_id", "params"]), key=lambda g: g[0]):
+            named = {hp: json.loads(params)[hp] for hp in json.loads(rows["aux_weights"][0])}
+            for name in named.values():
+                if name not in now:
+                    now[name] = local_weights_digest(name)
+            if any(now[n] is None for n in named.values()):
+                continue
+            expected = {hp: now[n] for hp, n in named.items()}
+            other = rows.filter(pl.col("aux_weights") != json.dumps(expected, sort_keys=True))  # digests_json's form
+            if other.height:
+                seen = ", ".join(sorted({text(json.loads(w)) for w in other["aux_weights"].to_list()}))
                 raise RippleError(f"experiment {self.experiment!r} holds {other.height} samples of cell {cell_id} "
-                                  f"decoded beside other second-model weights ({seen}; now {text(digest)}): {remedy}")
+                                  f"decoded beside other second-model weights ({seen}; now {text(expected)}): {remedy}")
 
     def compact(self) -> None:
         """Merge the small part files into one compact file (idempotent, crash-safe by dedup on read)."""

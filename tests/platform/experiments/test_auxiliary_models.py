@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 import ripple
 from ripple.decoders.base import greedy
 from ripple.decoders.params import HyperParams, auxiliary, hp
-from ripple.platform.experiments.grid import aux_digests, plan
+from ripple.platform.experiments.grid import plan
 from ripple.platform.experiments.spec import parse_spec
 from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.workers import SampleWorker
@@ -197,12 +197,12 @@ def test_the_worker_loads_each_verifier_once_and_stamps_its_digest_on_every_reco
     store = ResultStore(tmp_path / "store", "aux")
     store.append(records)
     remedy = "re-run with --fresh"
-    store.check_aux_weights(aux_digests(spec.cells), remedy)  # the same verifiers: the grid resumes
+    store.check_aux_weights(remedy)  # the same verifiers: the grid resumes
     weights = load_file(b / "model.safetensors")  # b is retrained: its cell's samples no longer stand
     weights["lm_head.weight"] = weights["lm_head.weight"] * 1.01
     save_file(weights, b / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ripple.RippleError) as err:
-        store.check_aux_weights(aux_digests(spec.cells), remedy)
+        store.check_aux_weights(remedy)
     assert str(err.value).endswith(f"second-model weights (verifier {digest[str(b)]}; now verifier "
                                    f"{weights_digest(b)}): {remedy}") and "\n" not in str(err.value)
 
