@@ -36,6 +36,10 @@ Other needs are declared too, never named (the field's decoders, issue 35):
   (ripple/platform/runtime/reference.py) and hands each block state its sample's reference tokens
   (`BlockState.reference`); only the follower's own forwards count in NFE, the reference run's go
   to `SampleOutput.reference_nfe`. A decoder that follows a reference is never followed;
+- a decoder that needs a model beside the dLLM (a draft-and-verify decoder's verifier) names it per
+  configuration in `auxiliary_models()` ({role: reference}); the engine refuses a run whose model it
+  does not hold and hands it back by role (`RunShape.models`, `BlockState.models`), counting its calls
+  apart from NFE (ripple/platform/runtime/auxiliary.py);
 - a decoder whose rule depends on the run's geometry (PC-Sampler's steps per block, a prior over
   the model's vocabulary) checks it in `prepare`, once per `generate`, before any forward, and
   reads `BlockState.n_blocks` (the blocks this sample decodes).
@@ -66,11 +70,11 @@ loop, which has no such commit) decides that position itself from the opening fo
 the block, where the recomputed window holds that row (cache `none`); with a cache the engine still
 commits it at the opening. Such a decoder packs no block copies (lookahead, shadow).
 
-A decoder with a second model (APD's verifier, issue 58) declares the hyperparameter that names it with
-`params.auxiliary` (and the kind of model: a causal LM). The platform loads what a configuration names
-once per process, beside the dLLM on its device and dtype, refuses one that cannot serve the dLLM, and
-hands it over with `attach_auxiliary`; the decoder reads it with `auxiliary_model(name)` and counts its
-forwards per sample with `BlockState.count_verifier`, which reach `SampleOutput.verifier_nfe`, never NFE.
+A decoder with a second model (APD's verifier, issue 58) usually declares it as a hyperparameter made
+with `params.auxiliary` (the kind of model: a causal LM); `auxiliary_models()` then returns {hyperparameter:
+its value} and the platform (ripple/platform/runtime/auxiliary.py `AuxiliaryModels`) loads each once per
+process beside the dLLM, refuses one that cannot serve it and hands it to the engine. Its forwards reach
+`SampleOutput.verifier_nfe`, never NFE.
 
 Decoders that draw random numbers (ParallelBench's random ranking) say so per configuration
 (`draws`): each sample then gets its own CPU `torch.Generator`, seeded with the sample's seed, as
@@ -84,15 +88,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..errors import RippleError
 from ..lazy import torch
 from .params import HyperParams
 
 CACHE_POLICIES = ("none", "prefix", "dual")
-
-
-# where a sample's count of second-model forwards lives (`BlockState.count_verifier`, read by the engine)
-VERIFIER_NFE = "_verifier_nfe"
 
 
 def no_positions() -> torch.Tensor:
@@ -155,6 +154,8 @@ class RunShape:
     mask_id: int
     model_dir: str | None = None  # the model's folder when loaded from one (shipped data such as a prior)
     logit_shift: int = 0  # 1 when the family's prediction for position i is the logits at i-1 (Dream)
+    # the models this configuration declared beside the dLLM (`Scheduler.auxiliary_models`), by role
+    models: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,9 @@ class BlockState:
         # [L] the followed decoder's final token at each block position, -1 where it wrote none (the
         # prompt's tail, past the row's end), for decoders that declare `follows_reference`; None otherwise
         self.reference: torch.Tensor | None = None
+        # the models the decoder declared beside the dLLM (`Scheduler.auxiliary_models`), by role; each call
+        # of one counts a forward of that role for this sample, apart from NFE. Empty for the others
+        self.models: dict[str, Any] = {}
         self._logits = logits
         self._probs: torch.Tensor | None = None
         self._shadow: torch.Tensor | None = None
@@ -260,11 +264,6 @@ class BlockState:
         """Masked positions of the whole block, the sub-blocks after the current one included."""
         return self.tokens == self.mask_id
 
-    def count_verifier(self, forwards: int = 1) -> None:
-        """Count forwards of the decoder's second model for this sample (decoders that declare an auxiliary
-        model): the engine reports them as `SampleOutput.verifier_nfe`, apart from the dLLM's NFE."""
-        self.sample_memory[VERIFIER_NFE] = self.sample_memory.get(VERIFIER_NFE, 0) + forwards
-
     def enter_sub_block(self, lo: int, hi: int) -> None:
         """Move the window to block offsets [lo, hi) (the engine, sub-blocks left to right)."""
         L = self.tokens.shape[0]
@@ -319,27 +318,6 @@ class Scheduler(ABC):
 
     def __init__(self, params: HyperParams | None = None):
         self.params = params if params is not None else self.Params()
-        self._auxiliary: dict[str, Any] = {}  # loaded second models by hyperparameter (`attach_auxiliary`)
-
-    @classmethod
-    def declares_auxiliary(cls) -> bool:
-        """Whether some hyperparameter names a second model (`params.auxiliary` fields): then the engine
-        reports `verifier_nfe` and the platform loads what the configuration names before decoding."""
-        return bool(cls.Params.auxiliary_fields())
-
-    def attach_auxiliary(self, models: dict[str, Any]) -> None:
-        """Hand over the second models this configuration names, loaded (hyperparameter -> model; the
-        platform's loader, ripple/platform/runtime/auxiliary.py). Configuration, like a prior: never a
-        sample's state, so one loaded model serves every sample."""
-        self._auxiliary = dict(models)
-
-    def auxiliary_model(self, name: str) -> Any:
-        """The loaded second model named by hyperparameter `name`; one line if nothing loaded it."""
-        if name not in self._auxiliary:
-            raise RippleError(f"decoder {self.name!r} needs the model its hyperparameter {name!r} names loaded "
-                              "beside the dLLM; decode through ripple.generate, ripple.evaluate or a grid, which "
-                              "load it")
-        return self._auxiliary[name]
 
     @property
     def may_edit(self) -> bool:
@@ -367,6 +345,13 @@ class Scheduler(ABC):
         """Hyperparameter strings (as `--set` takes them) that a model's generation_config.json sets;
         `ripple generate` and `ripple eval` use them for the settings not given with --set."""
         return {}
+
+    def auxiliary_models(self) -> dict[str, str]:
+        """Models this configuration needs beside the dLLM, {role: reference} (a folder, a hub id or an
+        embedded name, e.g. a verifier named by a hyperparameter): loaded once beside the dLLM and handed
+        back as `RunShape.models` and `BlockState.models` (ripple/platform/runtime/auxiliary.py). By
+        default the hyperparameters declared with `params.auxiliary` that are set, each its own role."""
+        return self.params.auxiliary_models()
 
     def reference_decoder(self) -> "Scheduler":
         """The decoder whose completion this one follows (decoders that declare `follows_reference`)."""

@@ -106,13 +106,16 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler] | None, model: st
     return make({**defaults, **strings}) if defaults else built
 
 
-def attach_auxiliary(lm: LoadedModel, decoder: Scheduler) -> None:
-    """Load the second models `decoder`'s configuration names (a verifier) beside `lm`, on its device and
-    dtype, refused in one line when one cannot serve it; nothing for decoders without one."""
-    if decoder.declares_auxiliary():
+def attach_auxiliary(lm: LoadedModel, decoder: Scheduler) -> dict[str, Any]:
+    """The second models `decoder`'s configuration names (a verifier), loaded beside `lm` on its device
+    and dtype, by reference (an engine's `auxiliary`); refused in one line when one cannot serve it; {}
+    for decoders without one."""
+    held: dict[str, Any] = {}
+    if decoder.auxiliary_models():
         from ..runtime.auxiliary import AuxiliaryModels
 
-        AuxiliaryModels(lm).attach(decoder)
+        AuxiliaryModels(lm).attach(decoder, held)
+    return held
 
 
 def default_lengths(model: str | os.PathLike | LoadedModel, gen_length: int | None = None,
@@ -282,10 +285,10 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None =
     lm = model if loaded else load_model(source, dtype=dtype, device=device, tokenizer=tokenizer)
     for p in ids:
         refuse_ids(p, lm.mask_id, lm.model.vocab_size)  # a mask named only by the tokenizer, the vocabulary
-    attach_auxiliary(lm, dec)
+    engine = Engine.from_loaded(lm)
+    engine.auxiliary.update(attach_auxiliary(lm, dec))
     events: list[dict] = []
-    outs = Engine.from_loaded(lm).generate(ids, dec, config, trace=events.append if trace else None,
-                                           seeds=[seed] * len(ids))
+    outs = engine.generate(ids, dec, config, trace=events.append if trace else None, seeds=[seed] * len(ids))
     results = [Generation(model_name(model), label(dec), dec.params.to_dict(), config.gen_length, config.block_length,
                           config.cache, tuple(p), tuple(out.tokens),
                           completion_text(tokenizer, out) if tokenizer is not None else None, out.nfe,
@@ -387,9 +390,8 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] | None
 
         require_tokenizer(str(model))
     lm = load(model, dtype=dtype, device=device)
-    attach_auxiliary(lm, dec)
     cell = evaluate_cell(lm, the_task, dec, config, limit=limit, progress=progress, chat=form, on_sample=on_sample,
-                         seed=seed, traces=bool(traces))
+                         seed=seed, traces=bool(traces), auxiliary=attach_auxiliary(lm, dec))
     return evaluation(cell)
 
 

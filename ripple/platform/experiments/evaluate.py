@@ -132,9 +132,10 @@ def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
                   limit: int | None = None, split: str = "test", progress: bool = True, chat: bool | str = False,
                   on_sample: Callable[[SampleResult], None] | None = None, seed: int = 0,
-                  traces: bool = False) -> CellResult:
+                  traces: bool = False, auxiliary: dict[str, Any] | None = None) -> CellResult:
     """Decode and score the first `limit` examples of `task`, one at a time, in order (each with its
-    own seed, `sample_seed(seed, example id)`); `traces` keeps each sample's decode trace."""
+    own seed, `sample_seed(seed, example id)`); `traces` keeps each sample's decode trace; `auxiliary`:
+    the models the decoder needs beside `lm`, by reference (ripple/platform/runtime/auxiliary.py)."""
     from ..runtime.tracing import TraceRecorder
 
     from ...progress import progress as progress_bar
@@ -145,6 +146,7 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
         raise RippleError(f"model {lm.name!r} has no tokenizer; {TASKS_NEED_A_TOKENIZER}")
     examples = task.examples(split, limit)
     engine = Engine.from_loaded(lm)
+    engine.auxiliary.update(auxiliary or {})
     settings = {"model": lm.name, "task": task.name, "decoder": label(decoder), "params": decoder.params.to_dict(),
                 "gen_length": config.gen_length, "block_length": config.block_length, "cache": config.cache,
                 "seed": seed}

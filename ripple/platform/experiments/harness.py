@@ -142,7 +142,7 @@ class RippleLM(LM):
         self.lm = load(checked.pretrained, dtype=checked.dtype, device=checked.device)
         self.tokenizer = self.lm.tokenizer
         self.engine = Engine.from_loaded(self.lm)
-        attach_auxiliary(self.lm, self.decoder)  # a second model the configuration names (a verifier), once
+        self.engine.auxiliary.update(attach_auxiliary(self.lm, self.decoder))  # a verifier it names, once
         self.stats: dict[str, list[SampleStats]] = {}  # task name -> its generated requests' stats
         RippleLM.instances.append(self)
 

@@ -502,11 +502,13 @@ class SpecParser:
 
         checked: set[tuple[str, str, str]] = set()
         for c in cells:
-            if not c.decoder_class.declares_auxiliary():
+            if not c.decoder_class.Params.auxiliary_fields():  # the kind of model is declared there
                 continue
             decoder = c.make_decoder()
             kinds = decoder.Params.auxiliary_fields()
-            for hp, name in decoder.params.auxiliary_models().items():
+            for hp, name in decoder.auxiliary_models().items():
+                if hp not in kinds:
+                    continue  # a role without a declared kind: the worker's loader refuses it
                 if (c.model, name, hp) in checked:
                     continue
                 checked.add((c.model, name, hp))

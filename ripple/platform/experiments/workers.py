@@ -169,7 +169,7 @@ class SampleWorker:
             rec = TraceRecorder(len(items)) if items[0].traces else None
             with self._decode:
                 # the second models it names (a verifier): loaded once per worker, refused before decoding
-                where["aux_weights"] = digests_json(self.aux.attach(decoder))
+                where["aux_weights"] = digests_json(self.aux.attach(decoder, self.engine.auxiliary))
                 task = self._task(cell.task, cell.task_options)
                 torch.manual_seed(cell.seed)
                 decoded = run_batch(self.engine, self.lm.tokenizer, task, [it.example for it in items], decoder,

@@ -1,31 +1,73 @@
-"""Second models beside the dLLM (issue 58; APD's verifier): load what a decoder's configuration names,
-once per process, and refuse one that cannot serve the dLLM.
+"""Models a decoder needs beside the dLLM (a draft-and-verify decoder's verifier, issue 58): a seam,
+so that a decoder with its own model is an addition to the engine, never a branch on its name.
 
-A decoder declares the hyperparameter that names such a model and its kind (`params.auxiliary`, e.g. APD's
-`verifier`, a causal LM); nothing here knows a decoder by name. `AuxiliaryModels` belongs to whoever holds
-the dLLM (a grid worker for its life, a `ripple.generate` call for its own): it resolves the name (a
-folder, a hub id or an embedded name), takes the weights' digest (the same `weights_digest` the dLLM's
-records carry, memoised on the weight files' size and mtime, so a later batch costs a stat, not a read),
-loads the model on the dLLM's device and dtype once per (resolved folder, digest), and hands it to the
-decoder (`Scheduler.attach_auxiliary`). The digests it returns go on every record the decoder writes
-(`SampleRecord.aux_weights`): a cell's results are those of its dLLM's weights and its verifier's.
+- The decoder declares them per configuration, by role: `Scheduler.auxiliary_models()` returns
+  {role: reference} (a folder, a hub id or an embedded name, from its hyperparameters); {} for
+  every decoder that needs none, which then costs nothing.
+- Whoever loads the dLLM loads each referenced model once (per worker and reference, not per
+  sample) and hands it to the engine: `Engine(..., auxiliary={reference: model})`.
+- The engine refuses, in one line before any forward, a decoder whose model it does not hold, and
+  hands the decoder its models by role: `RunShape.models` in `prepare` (where the decoder refuses a
+  model that cannot serve it) and `BlockState.models` in its steps.
+- A model handed to a step is wrapped in `Counted`: each call is one forward of that role for the
+  state's sample, reported apart from the dLLM's forwards (`SampleOutput.auxiliary_nfe`), never in `nfe`.
 
-Fit, checked from config and tokenizer files before the second model's weights load: the model is of the
-declared kind (a causal LM), its output rows cover every id the dLLM's tokenizer defines (Qwen2.5-0.5B's
-151,936 rows cover Dream's 151,667 ids, though Dream's config pads its head to 152,064), and where both
-have tokenizers, every id both define spells the same token.
+Loading (issue 58's "second model on the worker"): `AuxiliaryModels` belongs to whoever holds the dLLM
+(a grid worker for its life, a `ripple.generate` call for its own). For each model a configuration
+names it resolves the reference (a folder, a hub id or an embedded name), takes the weights' digest
+(the `weights_digest` the dLLM's records carry, memoised on the weight files' size and mtime, so a later
+batch costs a stat, not a read), loads the model on the dLLM's device and dtype once per (resolved
+folder, digest), and puts it in the engine by reference. The digests go on every record the decoder
+writes (`SampleRecord.aux_weights`): a cell's results are those of its dLLM's weights and its
+verifier's. The kind of model a role needs is declared with the hyperparameter that names it
+(`params.auxiliary`; a causal LM).
+
+Fit, checked from config and tokenizer files before the second model's weights load: the model is of
+the declared kind, its output rows cover every id the dLLM's tokenizer defines (Qwen2.5-0.5B's 151,936
+rows cover Dream's 151,667 ids, though Dream's config pads its head to 152,064), and where both have
+tokenizers, every id both define spells the same token.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from ...decoders.base import Scheduler
 from ...errors import RippleError
 from .loading import (DTYPES, LoadedModel, load_causal, load_tokenizer, read_config, resolve_model_dir,
                       weight_files, weights_digest)
 from .models import get_family
+
+
+def models_for(decoder: Scheduler, loaded: Mapping[str, Any]) -> dict[str, Any]:
+    """The models `decoder` declares, by role, from `loaded` (by reference); one line naming the
+    first one not loaded."""
+    out = {}
+    for role, reference in decoder.auxiliary_models().items():
+        if reference not in loaded:
+            held = ", ".join(sorted(loaded)) or "none"
+            raise RippleError(f"decoder {decoder.name!r} needs its {role} model {reference!r} loaded beside the "
+                              f"model; loaded: {held}")
+        out[role] = loaded[reference]
+    return out
+
+
+class Counted:
+    """A model handed to one sample's steps: every call counts one forward in `counts[row]`; every
+    other attribute is the model's."""
+
+    def __init__(self, model: Any, counts: list[int], row: int):
+        self.model, self.counts, self.row = model, counts, row
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.counts[self.row] += 1
+        return self.model(*args, **kwargs)
+
 
 # kind (`params.AUXILIARY_KINDS`) -> how a model of that kind loads: (name, dtype, device) -> LoadedModel
 LOADERS: dict[str, Callable[..., LoadedModel]] = {"causal_lm": lambda name, dtype, device: load_causal(name, dtype, device)}
@@ -125,21 +167,28 @@ class AuxiliaryModels:
             self.loads += 1
         return Auxiliary(name, kind, path, digest, self._models[key])
 
-    def attach(self, decoder) -> dict[str, str]:
-        """Hand `decoder` every second model its configuration names (hyperparameter -> model), each refused
-        in one line naming the decoder and hyperparameter when it cannot serve; returns hyperparameter ->
-        weights digest (empty for a decoder without one)."""
+    def attach(self, decoder: Scheduler, held: dict[str, Any]) -> dict[str, str]:
+        """Put every model `decoder`'s configuration names (`auxiliary_models()`, {role: reference}) in
+        `held` (an engine's `auxiliary`) by reference, as its module (the engine counts calls of it; a
+        causal LM's next-token logits: ripple/platform/runtime/causal.py), each refused in one line
+        naming the decoder and role when it cannot serve; returns role -> weights digest (empty for a
+        decoder without one). A role's kind is the one its hyperparameter declares (`params.auxiliary`)."""
         kinds = decoder.Params.auxiliary_fields()
-        got: dict[str, Auxiliary] = {}
-        for hp, name in decoder.params.auxiliary_models().items():
+        digests: dict[str, str] = {}
+        for role, name in decoder.auxiliary_models().items():
+            if role not in kinds:
+                raise RippleError(f"decoder {decoder.name!r} names a {role} model {name!r} but declares no hyperparameter "
+                                  f"{role!r} with params.auxiliary (its kind of model); declared: "
+                                  f"{', '.join(kinds) or 'none'}")
             try:
-                got[hp] = self.get(name, kinds[hp])
+                got = self.get(name, kinds[role])
             except RippleError as exc:
-                raise RippleError(f"decoder {decoder.name!r} hyperparameter {hp}={name!r}: {exc}") from None
-        decoder.attach_auxiliary({hp: a.lm for hp, a in got.items()})
-        return {hp: a.digest for hp, a in got.items()}
+                raise RippleError(f"decoder {decoder.name!r} hyperparameter {role}={name!r}: {exc}") from None
+            held[name] = got.lm.model
+            digests[role] = got.digest
+        return digests
 
 
 def digests_json(digests: dict[str, str]) -> str | None:
-    """What a record stores: JSON hyperparameter -> digest, None without a second model."""
+    """What a record stores: JSON role (the hyperparameter) -> digest, None without a second model."""
     return json.dumps(digests, sort_keys=True) if digests else None

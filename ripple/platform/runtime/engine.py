@@ -1,11 +1,14 @@
-"""The denoising engine: canvas, semi-autoregressive block loop, KV cache policies, the
-packed lookahead forward, NFE counting and decode timing. Decoders only decide.
+"""The denoising engine: canvas, semi-autoregressive block loop, NFE counting and decode timing.
+Decoders only decide. `_Run` keeps the block loop and each row's bookkeeping; its rooms:
+  caches/       KV cache policies (none, prefix, dual), one module each, chosen by name: the window
+                a step recomputes, the block opening's keys (prefill, finished blocks), sub-block spans
+  visibility.py the masks of a forward and its segments (also training's)
+  segments.py   a step's packed forward: where the window's and each segment's rows sit
+  plans.py      applying a decision: protocol checks, commits, edits, remasks, end-of-sequence stops
+  auxiliary.py  models a decoder declares beside the dLLM, handed back by role and counted apart
 
 Cache policies choose which canvas window a step recomputes; keys outside it come from
-the block-opening forward (DESIGN.md section 3). With the block [bs, be):
-  none   -> [0, N)        nothing cached
-  prefix -> [bs, N)       keys before the block reused (Fast-dLLM prefix cache)
-  dual   -> [bs, be)      prefix and suffix reused; only the block is recomputed
+the block-opening forward (DESIGN.md section 3; caches/__init__.py has the table).
 The window starts at the block start for every family. A shifted-logit family (Dream:
 the prediction for position i is read at i-1) would need the row before the block to
 predict the block's first position, so its family declares `opening_commit`: the
@@ -64,12 +67,8 @@ after every decision (the opening commit included).
 
 Sub-blocks (`GenerationConfig.sub_block_length`, shorter than the block): a row's decisions stay in
 the current sub-block (`BlockState.window`), which moves left to right to the next one holding a
-mask once it has none (or its decoder deferred it); forwards still cover the cache policy's window.
-Under `dual` a forward recomputes only the sub-block [sb0, sb1) once its first position is decoded
-(a shifted family reads that position's prediction from the row before the sub-block) and the
-row's block keys come from a forward over the whole block that its decisions read: the rest of the
-block's keys are then those of the last such forward, stale where later commits changed the block,
-as Fast-dLLM v2's block cache is; every forward over the whole block refreshes them.
+mask once it has none (or its decoder deferred it); forwards still cover the cache policy's window,
+except that `dual` may recompute the sub-block alone (caches/dual.py says when, and which keys it reads).
 
 Uniform-noise families (DiffusionGemma: the model declares `noise = "uniform"`) have no masks and
 no block loop of this kind: `generate` refuses a decoder whose declared `noise` differs from the
@@ -88,17 +87,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, Plan, RunShape, Scheduler, greedy
+from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
 from ...errors import RippleError
+from .auxiliary import Counted, models_for
+from .caches import NO_NARROWING, POLICIES, Window, cache_policy
 from .models.transformer import KVCache
-from .output import SampleOutput, synchronize, verifier_nfe  # noqa: F401  (their home; imported from here too)
+from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
+from .plans import EosStops, apply_decision, check_plan
 from .reference import Reference, follow
+from .segments import pack
 from .renoising import RenoisingRun
 from .tracing import read_keys, token_probs
+from .visibility import forward_mask
 
 TraceFn = Callable[[dict[str, Any]], None]
 BLOCK_ALIGNS = ("response", "absolute")
@@ -155,54 +159,18 @@ def check_sub_block(sub_block_length: int | None, block_length: int) -> None:
                           f"accepted: {', '.join(map(str, divisors))}")
 
 
-def _check_plan(dec: Scheduler, plan) -> None:
-    """The engine acts on what a decoder declares: a plan that asks for more is a protocol error."""
-    if plan.variants is not None and not dec.uses_lookahead:
-        raise RippleError(f"decoder {dec.name!r} planned lookahead variants but does not declare uses_lookahead")
-    if plan.shadow and not dec.uses_shadow:
-        raise RippleError(f"decoder {dec.name!r} asked for a shadow forward but does not declare uses_shadow")
-    if len(plan.edit) and not dec.edits_tokens:
-        raise RippleError(f"decoder {dec.name!r} planned token edits but does not declare edits_tokens")
-    if plan.sample is not None or plan.keep is not None or plan.carry is not None or plan.end:
-        raise RippleError(f"decoder {dec.name!r} planned a renoising step on a mask-noise family")
-    if plan.defer and not dec.defers_masks:
-        raise RippleError(f"decoder {dec.name!r} ended a block with masks left but does not declare defers_masks")
-    if plan.extent is not None:
-        if not dec.shortens_canvas:
-            raise RippleError(f"decoder {dec.name!r} planned a shortened canvas but does not declare shortens_canvas")
-        if plan.variants is not None or plan.shadow:
-            raise RippleError(f"decoder {dec.name!r} planned a shortened canvas with extra segments")
-
-
 def _indivisible(gen_length: int, block_length: int) -> RippleError:
     divisors = (d for d in range(1, gen_length + 1) if gen_length % d == 0)
     return RippleError(f"gen_length {gen_length} is not divisible by block_length {block_length}; "
                        f"accepted block lengths: {', '.join(map(str, divisors))}")
 
 
-def padding_mask(pad: torch.Tensor) -> torch.Tensor:
-    """[B, N] left-padding flags -> [B, 1, N, N] visibility: nobody sees pads, pads see all
-    (so no pad row is all -inf, whose NaNs would reach real rows through the values)."""
-    return (~pad)[:, None, None, :] | pad[:, None, :, None]
-
-
-def block_causal_visibility(pad: torch.Tensor, positions: torch.Tensor, block: int, q0: int = 0,
-                            q1: int | None = None) -> torch.Tensor:
-    """[B, N] left-padding flags and position ids -> [B, 1, q1 - q0, N] visibility of queries
-    [q0, q1): a query sees the keys of its own and earlier blocks by position id (j // block <=
-    i // block), never a pad; pad rows see all (no all -inf row). Block-diffusion training uses the
-    same mask (ripple/platform/training/block_diffusion.py)."""
-    q1 = pad.shape[1] if q1 is None else q1
-    kb = positions // block  # [B, N]
-    vis = (~pad)[:, None, :] & (kb[:, None, :] <= kb[:, q0:q1, None])  # [B, Q, N]
-    return (vis | pad[:, q0:q1, None])[:, None]
-
-
 class Engine:
     """Runs any decoder with any cache policy on a model with the DiffusionTransformer forward."""
 
     def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
-                 max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None):
+                 max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None,
+                 auxiliary: Mapping[str, Any] | None = None):
         self.model = model
         # the kind of family (ripple/platform/runtime/models/family.py): a decoder must declare the same.
         # Only a family's "uniform" counts: a model attribute called `noise` may be anything else
@@ -227,6 +195,8 @@ class Engine:
         self.max_positions = max_positions
         self.device = torch.device(device)
         self.model_dir = model_dir  # where decoders find data shipped with the model (RunShape)
+        # models loaded beside this one, by reference, for decoders that declare them (auxiliary.py)
+        self.auxiliary: dict[str, Any] = dict(auxiliary or {})
 
     @classmethod
     def from_loaded(cls, lm) -> "Engine":
@@ -246,7 +216,7 @@ class Engine:
             if decoder.max_canvas_forwards < 1:
                 raise RippleError(f"decoder {decoder.name!r} declares no bound on a canvas's forwards")
             seeds = [0] * len(prompts) if seeds is None else list(seeds)
-            decoder.prepare(self._shape(config, [-(-config.gen_length // config.block_length)] * len(prompts)))
+            decoder.prepare(self._shape(config, [-(-config.gen_length // config.block_length)] * len(prompts), decoder))
             return RenoisingRun(self, prompts, decoder, config, seeds, trace, observe).execute()
         refs = follow(self, prompts, decoder, config, seeds) if decoder.follows_reference else None
         run = self.start(prompts, decoder, config, trace, observe, seeds, refs)
@@ -264,28 +234,31 @@ class Engine:
             raise RippleError(f"decoder {decoder.name!r} declares decides_first_position with block copies "
                               "(lookahead or shadow): the engine supports one or the other")
         run = _Run(self, prompts, decoder, config, trace, observe, seeds, reference)
-        decoder.prepare(self._shape(config, run.n_blocks))
+        decoder.prepare(self._shape(config, run.n_blocks, decoder))
         return run
 
     def _admit(self, decoder: Scheduler, config: GenerationConfig) -> None:
-        """Refuse, in one line, a decoder made for another kind of family or a cache it does not support."""
+        """Refuse, in one line, a decoder made for another kind of family, a cache it does not support or
+        a model it needs beside this one that the engine does not hold."""
         from ...decoders.registry import check_noise
 
         check_noise(decoder, self.family, self.noise)
         if config.cache not in decoder.supported_caches:
             raise RippleError(f"decoder {decoder.name!r} does not support cache {config.cache!r}; "
                               f"supported: {', '.join(decoder.supported_caches)}")
+        models_for(decoder, self.auxiliary)
 
-    def _shape(self, config: GenerationConfig, n_blocks: Sequence[int]) -> RunShape:
+    def _shape(self, config: GenerationConfig, n_blocks: Sequence[int], decoder: Scheduler) -> RunShape:
         """What a decoder checks before the run (`Scheduler.prepare`)."""
         return RunShape(config.gen_length, config.block_length, tuple(n_blocks),
-                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift)
+                        int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift,
+                        models_for(decoder, self.auxiliary))
 
     def commits_at_opening(self, decoder: Scheduler, cache: str) -> bool:
         """Whether a block opening commits the block's first position (module docstring): on a family that
         declares `opening_commit`, unless the decoder decides that position itself and the window holds
         the row before the block (cache none)."""
-        return self.opening_commit and not (decoder.decides_first_position and cache == "none")
+        return self.opening_commit and not (decoder.decides_first_position and POLICIES[cache].recomputes_context)
 
     # ------------------------------------------------------------------ forwards
     def forward_full(self, canvas, positions, pad, logits_rows, store_kv, block: int | None = None):
@@ -331,7 +304,7 @@ class Engine:
             block = None  # every query is in the last block of the canvas: block-causal sees all (SDPA unmasked)
         mask = None
         if m or shadow or beyond is not None or block is not None or bool(pad[:, :N].any()):
-            mask = self._mask(pad[:, :N], positions[:, :N], w0, w1, lo, hi, m, shadow, beyond, block)
+            mask = forward_mask(pad[:, :N], positions[:, :N], w0, w1, lo, hi, m, shadow, beyond, block, self.shift)
         if kv is None and (w0, w1) != (0, N):
             raise AssertionError("a partial window needs the block-opening KV cache")
         out = self.model(toks, pos, attn_mask=mask, kv=kv, window=(w0, w1) if kv is not None else None,
@@ -341,49 +314,6 @@ class Engine:
         if kv is not None:  # the canvas's keys: cached outside the window, fresh inside
             return out.logits, kv.merge(out.kv, w0, w1, N)
         return out.logits, out.kv.truncate(N) if toks.shape[1] > N else out.kv  # the canvas's keys only
-
-    def _mask(self, pad, positions, w0, w1, lo, hi, m, shadow=False, beyond=None, block=None) -> torch.Tensor:
-        """Visibility [B, 1, Tw + E, N + E] (True = may attend), E = (m + shadow) * Lw + Lb extra rows."""
-        B, N = pad.shape
-        Tw, Lw = w1 - w0, hi - lo
-        S = Lw if shadow else 0
-        b0, b1 = beyond if beyond is not None else (0, 0)
-        Lb = b1 - b0
-        E = m * Lw + S + Lb
-        dev = pad.device
-        key_ok = ~pad  # [B, N]
-        if block is None:
-            base = key_ok[:, None, :].expand(B, Tw, N) | pad[:, w0:w1, None]  # [B, Tw, N]; pad rows see all
-            ctx_ok = key_ok  # keys a query of the block sees
-        else:
-            base = block_causal_visibility(pad, positions, block, w0, w1)[:, 0]  # [B, Tw, N]
-            ctx_ok = key_ok & (positions // block <= positions[:, lo:lo + 1] // block) if E else key_ok
-        if not E:
-            return base[:, None]
-        no = lambda rows, cols: torch.zeros(B, rows, cols, dtype=torch.bool, device=dev)  # noqa: E731
-        every = lambda n: torch.ones(B, n, n, dtype=torch.bool, device=dev)  # noqa: E731
-        parts = [torch.cat((base, no(Tw, E)), dim=2)]  # base queries never see extra segments
-        if m:
-            # a variant sees the context minus the anchor's block, plus its own copy
-            ctx = ctx_ok.clone()
-            ctx[:, lo:hi] = False
-            own = torch.block_diag(*[torch.ones(Lw, Lw, dtype=torch.bool, device=dev)] * m)  # [m*Lw, m*Lw]
-            parts.append(torch.cat((ctx[:, None, :].expand(B, m * Lw, N), own[None].expand(B, -1, -1),
-                                    no(m * Lw, S + Lb)), dim=2))
-        if shadow:
-            # shadow row t sees the context minus its twin, the block position lo + t + shift it
-            # predicts (a shifted family's last row predicts past the block: no twin)
-            twin = torch.zeros(Lw, N, dtype=torch.bool, device=dev)
-            t = torch.arange(hi - lo - self.shift, device=dev)
-            twin[t, lo + self.shift + t] = True
-            sees = ctx_ok[:, None, :] & ~twin[None]  # [B, Lw, N]
-            parts.append(torch.cat((sees, no(Lw, m * Lw), every(Lw), no(Lw, Lb)), dim=2))
-        if Lb:
-            # the next block's copy sees the context minus the canvas next block, plus itself
-            ctx = ctx_ok.clone()
-            ctx[:, b0:b1] = False
-            parts.append(torch.cat((ctx[:, None, :].expand(B, Lb, N), no(Lb, m * Lw + S), every(Lb)), dim=2))
-        return torch.cat(parts, dim=1)[:, None]
 
 
 class _Run:
@@ -446,8 +376,10 @@ class _Run:
         self.B, self.N = B, N
         self.nfe = [0] * B
         self.look_nfe = [0] * B
+        # the models the decoder declared beside this one, by role, and their forwards per row (auxiliary.py)
+        self.models = models_for(decoder, engine.auxiliary)
+        self.aux_nfe = {role: [0] * B for role in self.models}
         self.t_end = [0.0] * B
-        self.stopped = [False] * B
         self.edits = [0] * B
         # token editing (a decoder that declares `edits_tokens`, in a configuration that uses it): post
         # forwards after a block's last mask is filled, no mid-block end-of-sequence stop while tokens
@@ -463,20 +395,18 @@ class _Run:
         self.opening = engine.commits_at_opening(decoder, cfg.cache)
         self.head = engine.shift if self.opening else 0
         self.back = engine.shift - self.head
-        self._finished = None  # block diffusion: (KV cache of the last opening, its rows' batch indices)
         self.deferred: list[list[int]] = [[] for _ in range(B)]  # blocks a decoder ended with masks left
-        # a family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule)
-        self.stop_mid = cfg.stop_at_eos and engine.eos_stops_mid_block
-        # a family that prefills the prompt's whole blocks does so under a cache (module docstring)
-        self.prefills = engine.prefills_prompt_blocks and cfg.cache != "none" and self.origin > 0
-        # `dual` with sub-blocks: forwards recompute only the current sub-block once its first position
-        # is decoded, the rest of the block's keys coming from the last whole-block forward (the module
-        # docstring); `snap[r]`: row r's block keys come from a forward its decisions read
-        self.sub_dual = cfg.cache == "dual" and cfg.sub_block < cfg.block_length
-        self.snap: dict[int, bool] = {}
+        # rows that ended at an end-of-sequence id; decisions may end one mid-block under eos_early_stop, or a
+        # family whose stop_at_eos ends a row at its EOS mid-block (Fast-dLLM v2's stop rule), unless tokens
+        # may still be rewritten
+        mid = cfg.stop_at_eos and engine.eos_stops_mid_block
+        self.stops = EosStops(self.canvas, self.starts, engine.eos_ids, engine.mask_id, engine.pad_id,
+                              (cfg.eos_early_stop or mid) and not (self.editing and decoder.may_edit), mid)
+        # the cache policy: the windows of this run's forwards and the keys they keep (caches/)
+        self.cache = cache_policy(cfg.cache)(self)
 
-    # one forward of `kind` over `rows` of the batch, counted for those rows
-    def _count(self, rows: list[int], lookahead: bool = False) -> None:
+    def count(self, rows: list[int], lookahead: bool = False) -> None:
+        """One forward over `rows` of the batch, counted for those rows."""
         for r in rows:
             self.nfe[r] += 1
             if lookahead:
@@ -489,7 +419,7 @@ class _Run:
         synchronize(e.device)
         t0 = time.perf_counter()
         for blk in range(max(self.n_blocks)):
-            rows = [r for r in range(self.B) if not self.stopped[r] and blk < self.n_blocks[r]]
+            rows = [r for r in range(self.B) if not self.stops.stopped[r] and blk < self.n_blocks[r]]
             if not rows:
                 break
             self._decode_block(blk, rows)
@@ -498,8 +428,8 @@ class _Run:
             be = self.origin + (blk + 1) * L
             for r in rows:
                 self.t_end[r] = now
-                if stop_at_eos and not self.stopped[r] and self._first_eos(r, be) is not None:
-                    self._stop(r, be)
+                if stop_at_eos and not self.stops.stopped[r] and self.stops.first_eos(r, be) is not None:
+                    self.stops.stop(r, be)
         if any(self.deferred):
             self._fill_deferred()
             synchronize(e.device)
@@ -512,46 +442,8 @@ class _Run:
             resp = self.canvas[r, self.starts[r]:self.starts[r] + cfg.gen_length].tolist()
             gen = next((i for i, t in enumerate(resp) if t in e.eos_ids), len(resp))
             out.append(SampleOutput(tuple(resp), self.nfe[r], self.look_nfe[r], self.t_end[r] - t0, gen, cfg.gen_length,
-                                    self.edits[r], verifier_nfe=verifier_nfe(self.decoder, self.sample_memory[r])))
+                                    self.edits[r], auxiliary_nfe=tuple((k, n[r]) for k, n in self.aux_nfe.items())))
         return out
-
-    def _first_eos(self, r: int, upto: int) -> int | None:
-        """Canvas column of the first end-of-sequence id in row r's response before `upto`, or None."""
-        seg = self.canvas[r, self.starts[r]:upto]
-        hit = torch.isin(seg, torch.tensor(self.e.eos_ids, dtype=seg.dtype, device=seg.device))
-        return self.starts[r] + int(hit.int().argmax()) if bool(hit.any()) else None
-
-    def _stop(self, r: int, after: int) -> None:
-        """End row r: everything from column `after` on reads as end-of-sequence."""
-        self.stopped[r] = True
-        self.canvas[r, after:] = self.e.eos_ids[0] if self.e.eos_ids else self.e.pad_id
-
-    def _early_stop(self, r: int, commit: Commit, be: int) -> None:
-        """`eos_early_stop`: after a decision that committed an EOS, end the row if no mask lies
-        between its response start and the first EOS (the rest of the block is never decoded). A
-        family that `eos_stops_mid_block` under `stop_at_eos` checks after every decision (its EOS may
-        have been committed before the masks ahead of it were filled)."""
-        if self.stopped[r]:
-            return
-        if not self.stop_mid and (not len(commit) or not any(int(t) in self.e.eos_ids for t in commit.tokens.tolist())):
-            return
-        first = self._first_eos(r, be)
-        if first is not None and not bool((self.canvas[r, self.starts[r]:first] == self.e.mask_id).any()):
-            self._stop(r, first + 1)
-
-    def _stops_early(self) -> bool:
-        """Whether decisions may end a row at an EOS mid-block (never while tokens may be rewritten)."""
-        return (self.cfg.eos_early_stop or self.stop_mid) and not (self.editing and self.decoder.may_edit)
-
-    def _sub_window(self, r: int, st: BlockState, plan: Plan | None, w: tuple[int, int] | None) -> tuple[int, int]:
-        """The sub-block `w` when row r's next forward may recompute it alone (`dual` with sub-blocks, a
-        plain forward, block keys from a forward the row's decisions read, the sub-block's first position
-        decoded: a shifted family reads its prediction from the row before it), else (0, 0): the block."""
-        plain = not self.decoder.needs_rows_beyond_block and (
-            plan is None or (plan.variants is None and not plan.shadow and plan.extent is None))
-        if not (self.sub_dual and plain and w is not None and self.snap.get(r)) or bool(st.block_masked[w[0]]):
-            return 0, 0
-        return w
 
     def _window(self, st: BlockState, leave: bool = False) -> tuple[int, int] | None:
         """The sub-block row `st` decides in next: the current one while it holds masks (`leave`: the
@@ -568,7 +460,7 @@ class _Run:
         if w is not None and w != st.window:
             st.enter_sub_block(*w)
 
-    def _rows(self, rows: list[int]):
+    def select(self, rows: list[int]):
         """Selector of `rows` from a batch tensor (no copy when every row takes part)."""
         if len(rows) == self.B:
             return lambda t: t
@@ -577,47 +469,14 @@ class _Run:
 
     def _decode_block(self, blk: int, rows: list[int]) -> None:
         e, cfg, dec = self.e, self.cfg, self.decoder
-        L, s = cfg.block_length, e.shift
+        L = cfg.block_length
         bs = self.origin + blk * L
         be = bs + L
         ext = be if e.block_causal else self.N  # a block-causal forward sees nothing after the block
-        w0, w1 = {"none": (0, ext), "prefix": (bs, ext), "dual": (bs, be)}[cfg.cache]
         nxt = dec.needs_rows_beyond_block and be < self.N  # the decoder reads the next block's rows
-        causal = L if e.block_causal else None
-        sub = self._rows(rows)
-        ar = lambda n: torch.arange(n, device=e.device)  # noqa: E731
-        # block-opening forward: the prediction for canvas position i is read at row i - shift;
-        # the next block's rows are window rows, or (beyond the extent) a copy of that block
-        beyond = (be, be + L) if nxt and be >= ext else None
-        cached = cfg.cache != "none"
-        # block diffusion with a cache: keys of the blocks before the previous one come from the
-        # previous opening (each computed after its block's last commit); the previous block, now
-        # finished, and this one are computed fresh. Otherwise the canvas up to the extent is.
-        prev = self._finished if cached and e.block_causal and blk > 0 else None
-        past, o0, opened = None, 0, rows  # opened: the rows the opening forward computes
-        if prev is not None:
-            o0 = bs - L
-            past = _kv_rows(*prev, rows, e.device)
-        pre = self._prefill(rows, bs) if blk == 0 and self.prefills else None
-        if pre is not None:  # the opening computes the block against the prompt's blocks' keys
-            o0 = bs
-            # a block that starts with a mask opens from the prefill's last row: no opening forward
-            opened = [r for r in rows if self.starts[r] > bs] if self.head else rows
-            past = _kv_rows(pre[1], {r: i for i, r in enumerate(rows)}, opened, e.device)
-        # (a block at column 0 holds the prompt there: its first row, never read, stands in for the one before)
-        want = torch.cat([(ar(L) + bs - s - o0).clamp(min=0)]
-                         + ([ar(L) + (ext - o0 if beyond else be - s - o0)] if nxt else []))
-        logits = kv = None
-        if opened:
-            pick = sub if len(opened) == len(rows) else self._rows(opened)
-            out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), past, o0, ext, bs, be,
-                                   None, want, beyond=beyond, extent=ext, block=causal, return_kv=cached)
-            logits, kv = out if cached else (out, None)
-            self._count(opened)
-        if pre is not None and len(opened) < len(rows):
-            logits, kv = _with_prefill(rows, opened, pre, logits, kv, len(want), be)
-        if cached and e.block_causal:
-            self._finished = (kv, {r: i for i, r in enumerate(rows)})
+        win = Window(*self.cache.window(bs, be, ext), bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext,
+                     L if e.block_causal else None)
+        logits, kv = self.cache.open(blk, rows, win)  # [G, L (+ L next block's), V] and the steps' keys
         states = {}
         for i, r in enumerate(rows):
             st = self._state(r, blk, logits[i, :L])
@@ -625,9 +484,7 @@ class _Run:
             st.beyond = logits[i, L:] if nxt and blk + 1 < self.n_blocks[r] else None
             self._enter(st, self._window(st))
             states[r] = st
-            # the opening computed the block as the first decision reads it unless it commits at the opening
-            self.snap[r] = not (self.opening and bool(st.block_masked[0]))
-        win = _Window(w0, w1, bs, be, {r: i for i, r in enumerate(rows)}, nxt, ext, causal)
+            self.cache.opened(r, st)
         if self.opening:
             self._open(rows, states, kv, win, blk)
         max_steps = 4 * L + 16 + (dec.max_post_forwards if self.editing else 0)
@@ -652,10 +509,9 @@ class _Run:
                                                     ("shadow", st.shadow)) if v is not None})
                 filling = bool(st.block_masked.any())
                 plan = dec.step(st)
-                _check_plan(dec, plan)
+                check_plan(dec, plan)
                 edited = self._apply(r, st, plan.commit, plan.remask, plan.edit)
-                if self._stops_early():
-                    self._early_stop(r, plan.commit, be)
+                self.stops.after_decision(r, plan.commit, be)
                 plans[r] = plan
                 deferring = plan.defer and bool(st.masked.any())
                 if deferring and blk not in self.deferred[r]:  # masks left in the block: filled after the last block
@@ -663,7 +519,7 @@ class _Run:
                 w = self._window(st, leave=deferring)  # a deferred sub-block is left with its masks
                 go_on = w is not None or (self.editing and self._post_forward(r, post, filling, edited))
                 kind = (plan.variants is not None, plan.shadow, -1 if plan.extent is None else plan.extent,
-                        self._sub_window(r, st, plan, w))
+                        self.cache.narrow(r, st, plan, w))
                 self._emit(r, blk, st, plan.commit, plan.info, _forward_label(kind) if go_on else None,
                            remask=plan.remask, edited=edited, phase="step" if filling else "post")
                 st.step += 1
@@ -673,7 +529,7 @@ class _Run:
                     groups.setdefault(kind, []).append(r)
                     stepping.append(r)
             for kind in sorted(groups):  # one forward per kind; each row is in exactly one
-                self._forward(groups[kind], kind, states, plans, kv, rows, win, blk)
+                self._forward(groups[kind], kind, states, plans, kv, win, blk)
             live = stepping
 
     def _fill_deferred(self) -> None:
@@ -688,11 +544,11 @@ class _Run:
             bs = self.origin + blk * L
             be = bs + L
             ext = be if e.block_causal else self.N
-            sub = self._rows(rows)
+            sub = self.select(rows)
             want = torch.arange(L, device=e.device) + bs - s
             logits = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), None, 0, ext, bs, be,
                                       None, want, extent=ext, block=causal)  # [G, L, V]
-            self._count(rows)
+            self.count(rows)
             for i, r in enumerate(rows):
                 st = self._state(r, blk, logits[i])
                 tokens, _ = greedy(st)  # [L], never the mask id
@@ -700,18 +556,6 @@ class _Run:
                 commit = Commit(pos, tokens[pos])
                 self._apply(r, st, commit, None, None)
                 self._emit(r, blk, st, commit, {}, None, phase="fill")
-
-    def _prefill(self, rows: list[int], bs: int) -> tuple[torch.Tensor, KVCache]:
-        """The forward over canvas columns [0, bs), the prompt's whole blocks (a family that
-        `prefills_prompt_blocks`, with a cache): their keys, and the last row's logits [G, V] (the
-        prediction of column bs), counted for the rows with prompt tokens there."""
-        e, L = self.e, self.cfg.block_length
-        sub = self._rows(rows)
-        logits, kv = e.forward_window(sub(self.canvas), sub(self.positions), sub(self.pad), None, 0, bs, bs - L, bs,
-                                      None, torch.tensor([bs - 1], device=e.device), extent=bs, block=L,
-                                      return_kv=True)  # [G, 1, V]
-        self._count([r for r in rows if self.lens[r] >= L])
-        return logits[:, 0], kv
 
     def _state(self, r: int, blk: int, logits: torch.Tensor) -> BlockState:
         """Row r's view of block `blk` with the block's logits [L, V]: the prompt's tail and the
@@ -726,6 +570,8 @@ class _Run:
         st.prompt_length = self.lens[r]
         if self.reference is not None:
             st.reference = self.reference[r].block(st.response_offset, L, self.e.device)
+        if self.models:
+            st.models = {role: Counted(m, self.aux_nfe[role], r) for role, m in self.models.items()}
         return st
 
     def _post_forward(self, r: int, post: dict, filling: bool, edited: list) -> bool:
@@ -737,7 +583,7 @@ class _Run:
         post[r] += 1
         return post[r] <= self.decoder.max_post_forwards
 
-    def _open(self, rows: list[int], states, kv, win: _Window, blk: int) -> None:
+    def _open(self, rows: list[int], states, kv, win: Window, blk: int) -> None:
         """Commit each row's first block position with its top-1 token from the block-opening
         forward (Fast-dLLM's Dream generation), then run the forward the decoder's first step reads."""
         group = []
@@ -751,163 +597,56 @@ class _Run:
             commit = Commit(torch.zeros(1, dtype=torch.long), tokens[:1])
             self._apply(r, st, commit, None, None)
             st.fixed[0] = True
-            if self._stops_early():
-                self._early_stop(r, commit, win.hi)
+            self.stops.after_decision(r, commit, win.hi)
             still = bool(st.block_masked.any())
             self._emit(r, blk, st, commit, {}, "normal" if still else None, phase="open")
             if still:
                 group.append(r)
         if group:
-            self._forward(group, (False, False, -1, (0, 0)), states, {}, kv, rows, win, blk)
+            self._forward(group, (False, False, -1, NO_NARROWING), states, {}, kv, win, blk)
 
-    def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv, rows,
-                 win: _Window, blk: int):
+    def _forward(self, group: list[int], kind: tuple[bool, bool, int, tuple[int, int]], states, plans, kv,
+                 win: Window, blk: int):
         """One forward for `group`'s rows: the window plus the segments their plans declared."""
-        e, L, s = self.e, self.cfg.block_length, self.head  # s: block positions committed at the opening
+        e, s = self.e, self.head  # s: block positions committed at the opening
         looks, shadow, cut, sub = kind
-        pick = self._rows(group)
-        master, at = kv, torch.tensor([win.row_pos[r] for r in group], device=e.device)
-        if kv is not None and len(group) != len(rows):
-            kv = kv.select(at)
-        if sub != (0, 0):
-            return self._forward_sub(group, sub, states, kv, win)
-        # `dual` with sub-blocks: a forward over the whole block refreshes the block's cached keys
-        refresh = self.sub_dual and kv is not None and cut < 0
-        for r in group:
-            self.snap[r] = refresh
+        pick = self.select(group)
+        master, kv = kv, self.cache.keys_for(kv, group, win)  # the block's stored keys, and `group`'s
+        if sub != NO_NARROWING:  # the policy recomputes a narrower span (dual's sub-blocks)
+            return self.cache.forward_narrow(group, sub, states, kv, win)
+        refresh = self.cache.prepare_forward(group, cut)  # this forward also refreshes the stored block keys
         if cut >= 0:  # a shortened canvas (`Plan.extent`): columns [0, lo + cut); nothing after it exists
             end = min(win.extent, win.lo + cut)
             win = replace(win, w1=min(win.w1, end), extent=end, next=False)
             kv = kv.truncate(end) if kv is not None else None
-        Tw, n = win.w1 - win.w0, L - s  # block positions s.. (the rest were committed at the opening)
-        n_out = min(n, win.extent - win.lo + self.back)  # block rows computed
-        variants, m = None, 0
-        if looks:
-            m = max(plans[r].variants.shape[0] for r in group)
-            var = []
-            for r in group:
-                v = plans[r].variants.to(e.device)  # [m_r, L]
-                if v.shape[0] < m:  # pad with copies of the anchor block; their logits are ignored
-                    v = torch.cat((v, states[r].tokens[None].expand(m - v.shape[0], L)), dim=0)
-                var.append(v)
-            variants = torch.stack(var)  # [G, m, L]
-        ar = lambda k: torch.arange(k, device=e.device)  # noqa: E731
-        # the prediction for block position j (>= s) sits at row j - s of the block and of each copy of it
-        # (without an opening commit on a shifted family, at the window row before it: `back`)
-        out_rows = [ar(n_out) + win.lo - self.back - win.w0]
-        if m:
-            out_rows.append((Tw + ar(m)[:, None] * L + ar(n)[None]).reshape(-1))
-        if shadow:
-            out_rows.append(Tw + m * L + ar(n))
-        beyond = None
-        if win.next:  # the next block's predictions: window rows where the window covers them, else its copy
-            c = ar(L) + win.hi - e.shift  # [L] canvas rows
-            inside = c < win.w1
-            out_rows.append(torch.where(inside, c - win.w0, Tw + (m + shadow) * L + c - win.hi))
-            if not bool(inside.all()):
-                beyond = (win.hi, win.hi + L)
+        pk = pack(group, plans, states, win, s, self.back, e.shift, looks, shadow, e.device)
         out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.w0, win.w1,
-                               win.lo, win.hi, variants, torch.cat(out_rows), shadow=shadow, beyond=beyond,
+                               win.lo, win.hi, pk.variants, pk.rows, shadow=shadow, beyond=pk.beyond,
                                extent=win.extent, block=win.causal,
                                return_kv=refresh)  # [G, n * (1 + m + shadow) + L * next, V]
         if refresh:
             out, fresh = out
-            for lk, fk in ((master.keys, fresh.keys), (master.values, fresh.values)):
-                for old, new in zip(lk, fk):
-                    old[at, :, win.lo:win.hi] = new[:, :, win.lo:win.hi]
-        self._count(group, lookahead=looks)
+            self.cache.refresh(master, fresh, group, win)
+        self.count(group, lookahead=looks)
         for i, r in enumerate(group):
-            st, plan, o = states[r], plans.get(r), out[i]
-            head = st.logits[:s]  # [s, V] positions committed at the opening keep that forward's rows
-            v1 = n_out + m * n  # o: block rows [0, n_out), variant rows [n_out, v1), shadow rows, next-block rows
-            sh1 = v1 + (n if shadow else 0)
-            st.shadow = torch.cat((head, o[v1:sh1])) if shadow else None
-            st.beyond = o[sh1:sh1 + L] if win.next and st.block_index + 1 < self.n_blocks[r] else None
-            anchor = torch.cat((head, o[:n_out], st.logits[s + n_out:]))  # [L, V]; rows past a cut keep theirs
+            st, plan = states[r], plans.get(r)
+            anchor, var, st.shadow, beyond = pk.read(out[i], st.logits, plan.variants.shape[0] if looks else 0)
+            st.beyond = beyond if st.block_index + 1 < self.n_blocks[r] else None
             if not looks:
                 st.logits = anchor
                 continue
-            m_r = plan.variants.shape[0]
-            var = o[n_out:v1].reshape(m, n, -1)[:m_r]  # [m_r, n, V]
-            var = torch.cat((head[None].expand(m_r, s, -1), var), dim=1)  # [m_r, L, V]
             if self.observe is not None:
                 self.observe(r, (blk, st.step, "resolve"), {"anchor": anchor, "variants": var})
             res = self.decoder.resolve(st, plan, Lookahead(anchor, var))
             self._apply(r, st, res.commit, None, None)
             st.logits = res.logits
             self._emit(r, blk, st, res.commit, res.info, None, phase="resolve", read=(anchor, var))
-            if self._stops_early():
-                self._early_stop(r, res.commit, win.hi)
-
-    def _forward_sub(self, group: list[int], sub: tuple[int, int], states, kv: KVCache, win: _Window) -> None:
-        """`dual` with sub-blocks: recompute block offsets [a, b) alone against the cached keys of the
-        canvas and of the rest of the block (from the last whole-block forward, so stale where later
-        commits changed the block, as Fast-dLLM v2's block cache is); the rows it predicts (positions
-        a + shift .. b - 1) replace theirs, the others keep theirs."""
-        e, s = self.e, self.head  # under `dual` every opening commits: the block's first `head` rows are kept
-        a, b = sub
-        pick = self._rows(group)
-        out = e.forward_window(pick(self.canvas), pick(self.positions), pick(self.pad), kv, win.lo + a, win.lo + b,
-                               win.lo, win.hi, None, torch.arange(b - a - s, device=e.device), extent=win.extent,
-                               block=win.causal)  # [G, b - a - s, V]
-        self._count(group)
-        for i, r in enumerate(group):
-            st = states[r]
-            st.logits = torch.cat((st.logits[:a + s], out[i], st.logits[b:]))  # [L, V]
-            st.shadow = None
+            self.stops.after_decision(r, res.commit, win.hi)
 
     def _apply(self, r: int, st: BlockState, commit: Commit, remask, edit: Commit | None) -> list[list[int]]:
-        """Write a decoder's commits and edits together (then remasks) into the canvas, checking the
-        protocol's invariants; returns the edits as [block position, old token, new token]."""
-        e = self.e
-        L = st.tokens.shape[0]
-        edited: list[list[int]] = []
-        if edit is not None and len(edit):
-            at = edit.positions.to(st.tokens.device)
-            new = edit.tokens.to(st.tokens.device)
-            if bool(((at < 0) | (at >= L)).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited outside the current block")
-            if bool(((at < st.window[0]) | (at >= st.window[1])).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited outside the current sub-block")
-            if bool(st.block_masked[at].any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited a masked position (that is a commit)")
-            if bool(st.fixed[at].any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited a fixed position (prompt or block opening)")
-            if bool((new == e.mask_id).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} edited a token to the mask id")
-            if bool((new == st.tokens[at]).any()) or at.unique().numel() != at.numel():
-                raise RuntimeError(f"decoder {self.decoder.name!r} planned an edit that changes nothing")
-            edited = [[p, o, n] for p, o, n in zip(at.tolist(), st.tokens[at].tolist(), new.tolist())]
-        pos = commit.positions.to(st.tokens.device)
-        if len(commit):
-            tok = commit.tokens.to(st.tokens.device)
-            if bool(((pos < 0) | (pos >= L)).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} committed outside the current block")
-            if bool(((pos < st.window[0]) | (pos >= st.window[1])).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} committed outside the current sub-block")
-            if not bool(st.masked[pos].all()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} committed an already decoded position")
-            if bool((tok == e.mask_id).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} committed the mask id")
-        if remask is not None and remask.numel():
-            back = remask.to(st.tokens.device)
-            if bool(((back < 0) | (back >= L)).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current block")
-            if bool(((back < st.window[0]) | (back >= st.window[1])).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked outside the current sub-block")
-            if bool(st.block_masked[back].any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position that is not decoded")
-            if bool(st.fixed[back].any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position committed at the block opening")
-            if bool(torch.isin(back, pos).any()):
-                raise RuntimeError(f"decoder {self.decoder.name!r} remasked a position it commits in the same step")
-        if len(commit):
-            st.tokens[pos] = tok
-        if edited:
-            st.tokens[at] = new
-            self.edits[r] += len(edited)
-        if remask is not None and remask.numel():
-            st.tokens[back] = e.mask_id
+        """Write a decision into row r's block (plans.py checks it), counting its edits; returns them."""
+        edited = apply_decision(self.decoder, self.e.mask_id, st, commit, remask, edit)
+        self.edits[r] += len(edited)
         return edited
 
     def _emit(self, r, blk, st, commit: Commit, info, forward, phase="step", remask=None, edited=None,
@@ -933,50 +672,6 @@ class _Run:
             event["edited"] = [[offset + p, old, new] for p, old, new in edited]
             event["p_edit"] = token_probs(st.logits, *(torch.tensor(c) for c in list(zip(*edited))[::2]))
         self.trace(event)
-
-
-@dataclass(frozen=True)
-class _Window:
-    """Canvas columns of one block's forwards: recomputed window [w0, w1), block [lo, hi)."""
-
-    w0: int
-    w1: int
-    lo: int
-    hi: int
-    row_pos: dict[int, int]  # batch row -> its index among the block's rows (the KV cache's rows)
-    next: bool  # also compute the next block's rows (the decoder needs rows beyond the block)
-    extent: int  # the forward's canvas is columns [0, extent)
-    causal: int | None  # block length of block-causal attention (None: bidirectional)
-
-
-def _kv_rows(kv, index: dict[int, int], rows: list[int], device: torch.device):
-    """A cache (whose batch row of run row r is index[r]) for `rows` only; no copy when they are all of it."""
-    if len(rows) == len(index):
-        return kv
-    return kv.select(torch.tensor([index[r] for r in rows], dtype=torch.long, device=device))
-
-
-def _with_prefill(rows, opened, pre, logits, kv, n_rows: int, be: int):
-    """The opening's logits [G, n_rows, V] and keys [0, be) for every row, where the rows not in
-    `opened` opened from the prefill alone: its last row stands for their block's rows (only the first,
-    the opening commit, is read before their next forward), and their block's keys are zeros until
-    that forward, whose window covers the block, computes them."""
-    pre_logits, pre_kv = pre  # [G, V], keys [0, bs)
-    out = pre_logits[:, None].expand(-1, n_rows, -1).clone()  # [G, n_rows, V]
-    at = torch.tensor([rows.index(r) for r in opened], dtype=torch.long, device=pre_logits.device)
-    if logits is not None:
-        out[at] = logits
-
-    def grow(pre_t, new_t):  # [G, H, bs, D] (and the opened rows' [G', H, be, D]) -> [G, H, be, D]
-        full = pre_t.new_zeros(*pre_t.shape[:2], be, pre_t.shape[3])
-        full[:, :, :pre_t.shape[2]] = pre_t
-        if new_t is not None:
-            full[at] = new_t[:, :, :be]
-        return full
-
-    fresh = kv or KVCache([None] * len(pre_kv.keys), [None] * len(pre_kv.values))
-    return out, KVCache([grow(p, n) for p, n in zip(pre_kv.keys, fresh.keys)],
-                        [grow(p, n) for p, n in zip(pre_kv.values, fresh.values)])
 
 
 def _forward_label(kind: tuple[bool, bool, int, tuple[int, int]]) -> str:

@@ -19,9 +19,15 @@ class SampleOutput:
     encoder_nfe: int = 0  # of `nfe`, encoder passes (a uniform-noise family: prompt and emitted canvases)
     # forwards of the decoder a follower (the oracle) followed, never in `nfe`; None: no reference was run
     reference_nfe: int | None = None
-    # forwards of the decoder's second model (a verifier beside the dLLM: decoders that declare an
-    # auxiliary model), never in `nfe`: a verifier's forward is not a dLLM's. None: the decoder has none
-    verifier_nfe: int | None = None
+    # forwards of the models the decoder declared beside this one, by role (auxiliary.py), never in `nfe`
+    auxiliary_nfe: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def verifier_nfe(self) -> int | None:
+        """Forwards of the decoder's second models (a verifier beside the dLLM), summed over their roles;
+        None for a decoder that declared none. Records, `Generation` and reports carry it apart from `nfe`:
+        a verifier's forward is not a dLLM's."""
+        return sum(n for _, n in self.auxiliary_nfe) if self.auxiliary_nfe else None
 
     @property
     def tps(self) -> float:
@@ -30,15 +36,6 @@ class SampleOutput:
     @property
     def canvas_tps(self) -> float:
         return self.gen_length / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-
-def verifier_nfe(decoder, sample_memory: dict) -> int | None:
-    """A sample's forwards of the decoder's second model (`BlockState.count_verifier`), or None for a
-    decoder that declares none (its records then leave the count empty)."""
-    from ...decoders.base import VERIFIER_NFE
-
-    declares = getattr(decoder, "declares_auxiliary", None)
-    return int(sample_memory.get(VERIFIER_NFE, 0)) if declares is not None and declares() else None
 
 
 def synchronize(device: torch.device) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.engine import block_causal_visibility
+from ..runtime.visibility import block_causal_visibility
 
 EPS = 1e-3
 

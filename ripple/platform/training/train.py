@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import RippleError
-from ..runtime.engine import padding_mask
+from ..runtime.visibility import padding_mask
 from ..runtime.models import DiffusionTransformer, TransformerConfig, get_family
 from ..runtime.models import llada, llada2
 from ..runtime.models.moe import MoEConfig

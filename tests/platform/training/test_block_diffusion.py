@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from ripple.platform.runtime.engine import Engine
 from ripple.platform.runtime.loading import load_model
 from ripple.platform.training.block_diffusion import BlockBatcher, block_loss, expert_shares
+from ripple.platform.runtime.visibility import forward_mask
 from ripple.platform.training.train import PRESETS, Batcher, build_model, train
 
 
@@ -68,7 +69,7 @@ def test_the_training_mask_is_the_engines_block_causal_mask(micro):
     assert torch.equal(attn[:, 0], want)
     lm = load_model(str(out), "float32", "cpu")
     engine = Engine(lm.model, mask_id=lm.mask_id, eos_ids=lm.eos_ids, pad_id=lm.pad_id)
-    assert torch.equal(attn, engine._mask(pad, positions, 0, T, T - L, T, 0, block=L))  # the engine's own forward mask
+    assert torch.equal(attn, forward_mask(pad, positions, 0, T, T - L, T, 0, block=L, shift=engine.shift))  # the engine's forward mask
     assert (T % L == 0) and bool((pad.sum(1) % L == 0).all())  # whole blocks of padding: every row ends at T
 
 
