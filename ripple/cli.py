@@ -71,7 +71,8 @@ examples:
     "train-tiny": """examples:
   ripple train-tiny --out runs/ripple-tiny            # the shipped model's recipe (resumes if interrupted)
   ripple train-tiny --out /tmp/micro --preset micro --steps 20
-  ripple train-tiny --family llada2 --out runs/ripple-tiny-bd --threads 1   # ripple-tiny-bd's recipe""",
+  ripple train-tiny --family llada2 --out runs/ripple-tiny-bd --threads 1   # ripple-tiny-bd's recipe
+  ripple train-tiny --preset tiny-ar --out runs/ripple-tiny-ar --threads 1  # ripple-tiny-ar (a causal verifier)""",
     "generate": """examples:
   ripple generate --model ../shared/golden/llada-tiny --input-ids 5,6,7 --decoder confidence --set tau=0.9 \\
       --gen-length 32 --block-length 8 --cache prefix --json
@@ -438,16 +439,16 @@ def cmd_decoders(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- train-tiny, prior
 def train_tiny_parser(sub) -> None:
-    t = _command(sub, "train-tiny", "train an embedded model (ripple-tiny, ripple-tiny-bd) on CPU")
+    t = _command(sub, "train-tiny", "train an embedded model (ripple-tiny, ripple-tiny-bd, ripple-tiny-ar) on CPU")
     t.add_argument("--out", required=True, metavar=DIR, help="output directory (Hugging Face format; resumable)")
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--batch-size", type=int, default=None)
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--family", default=None, help="llada (ripple-tiny, the default) or llada2 (ripple-tiny-bd: "
-                   "block diffusion, MoE, mask and edit objectives)")
-    t.add_argument("--preset", default=None, help="recipe: tiny / tiny-bd (the shipped models; the default of each "
-                   "family) or micro / micro-bd (tests)")
+    t.add_argument("--family", default=None, help="llada (ripple-tiny, the default), llada2 (ripple-tiny-bd: "
+                   "block diffusion, MoE, mask and edit objectives) or qwen2 (ripple-tiny-ar: a causal LM)")
+    t.add_argument("--preset", default=None, help="recipe: tiny / tiny-bd / tiny-ar / tiny-lines (the shipped models; "
+                   "the first three the default of their family) or micro / micro-bd / micro-ar (tests)")
     t.add_argument("--mix", default=None, metavar="A,B,C", help="examples of arith,pyfunc,freefunc per cycle of the "
                    "data stream")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")

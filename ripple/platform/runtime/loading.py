@@ -323,6 +323,13 @@ def require_tokenizer(name: str, why: str = TASKS_NEED_A_TOKENIZER) -> None:
         raise RippleError(f"model {name!r} has no tokenizer; {why}")
 
 
+def _declared_tokenizer_class(path: Path) -> str | None:
+    try:
+        return json.loads((path / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+
+
 def load_tokenizer(path: Path):
     """AutoTokenizer without remote code; fall back to tokenizer.json for custom classes."""
     if not has_tokenizer(path):
@@ -332,6 +339,13 @@ def load_tokenizer(path: Path):
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # it warns that config.json's model_type is unknown to it
+    if _declared_tokenizer_class(path) == "TokenizersBackend" and (path / "tokenizer.json").exists():
+        # tokenizer.json as it is, as the file declares: AutoTokenizer would impose the model type's own class
+        # on some types (qwen2: Qwen2Tokenizer, its own pre-tokenizer and an added <|endoftext|>), and
+        # ripple-tiny-ar is a qwen2 checkpoint with ripple-tiny's tokenizer
+        from transformers import TokenizersBackend
+
+        return TokenizersBackend.from_pretrained(str(path))
     try:
         return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as first:  # custom tokenizer classes (Dream) need remote code; we do not run it

@@ -4,7 +4,9 @@
 response, padded with EOS to a fixed length as LLaDA does, is masked at a per-sample ratio
 t ~ U(eps, 1); the loss is the cross-entropy on masked positions weighted by 1/t, averaged
 over response positions. `llada2_moe` family (ripple-tiny-bd): block diffusion with LLaDA2.1's
-mask and edit objectives (training/block_diffusion.py).
+mask and edit objectives (training/block_diffusion.py). `qwen2` family (ripple-tiny-ar, a causal
+LM that serves as an autoregressive verifier beside ripple-tiny): next-token cross-entropy on each
+example's answer and its EOS after the prompt, on ripple-tiny's own tokenizer.
 Data are streamed deterministically from the synthetic tasks' train splits by step, so a
 resumed run sees exactly the batches an uninterrupted one would.
 """
@@ -25,11 +27,11 @@ import torch.nn.functional as F
 from ...errors import RippleError
 from ..runtime.visibility import padding_mask
 from ..runtime.models import DiffusionTransformer, TransformerConfig, get_family
-from ..runtime.models import llada, llada2
+from ..runtime.models import llada, llada2, qwen2
 from ..runtime.models.moe import MoEConfig
 
 EPS = 1e-3
-FAMILIES = ("llada", "llada2_moe")  # what train-tiny can train: ripple-tiny's family and ripple-tiny-bd's
+FAMILIES = ("llada", "llada2_moe", "qwen2")  # what train-tiny can train: ripple-tiny's, ripple-tiny-bd's, ripple-tiny-ar's
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,10 @@ class TrainConfig:
     checkpoint_every: int = 200
     snapshot_every: int = 2000  # log these checkpoints' weight sha256 to training/snapshots.jsonl
     log_every: int = 10
-    family: str = "llada"  # "llada2_moe": block diffusion with MoE (training/block_diffusion.py)
+    family: str = "llada"  # "llada2_moe": block diffusion with MoE (training/block_diffusion.py); "qwen2": causal LM
+    # "": train a BPE tokenizer on the tasks; else an embedded model whose tokenizer (and its config.json's
+    # token ids) the model shares, copied beside the checkpoint (qwen2: ripple-tiny's, as a verifier needs)
+    tokenizer: str = ""
     # llada2_moe only:
     block_length: int = 16
     n_kv_heads: int = 0  # 0: as n_heads
@@ -101,7 +106,8 @@ class Batcher:
         self.tasks = [get_task(t) for t in cfg.tasks]
         self.mask_id, self.eos_id, self.pad_id = mask_id, eos_id, pad_id
 
-    def pair(self, k: int) -> tuple[list[int], list[int]]:
+    def texts(self, k: int) -> tuple[list[int], list[int]]:
+        """Example k's prompt ids as the model sees it and its answer's ids (no special tokens)."""
         t, i = stream_source(self.cfg.mix, k)
         task = self.tasks[t]
         ex = task.example("train", i)
@@ -110,7 +116,26 @@ class Batcher:
         R = self.cfg.response_length
         if len(resp) >= R:
             raise RippleError(f"{task.name} reference of {len(resp)} tokens does not fit response_length {R}")
-        return prompt, resp + [self.eos_id] * (R - len(resp))
+        return prompt, resp
+
+    def pair(self, k: int) -> tuple[list[int], list[int]]:
+        """(prompt, answer padded with EOS to response_length), as LLaDA's SFT lays it out."""
+        prompt, resp = self.texts(k)
+        return prompt, resp + [self.eos_id] * (self.cfg.response_length - len(resp))
+
+    def causal_batch(self, step: int):
+        """A causal LM's batch: prompt, answer and one EOS, right-padded (pads come after every real
+        token, so causal attention needs no padding mask); the loss counts the answer and its EOS."""
+        B = self.cfg.batch_size
+        rows = [self.texts(step * B + i) for i in range(B)]
+        T = max(len(p) + len(r) + 1 for p, r in rows)
+        tokens = torch.full((B, T), self.pad_id, dtype=torch.long)
+        scored = torch.zeros(B, T, dtype=torch.bool)  # [B, T]: positions whose token the loss predicts
+        for b, (p, r) in enumerate(rows):
+            seq = p + r + [self.eos_id]
+            tokens[b, :len(seq)] = torch.tensor(seq)
+            scored[b, len(p):len(seq)] = True
+        return tokens, scored
 
     def batch(self, step: int, gen: torch.Generator):
         B, R = self.cfg.batch_size, self.cfg.response_length
@@ -141,6 +166,10 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 
 
 def model_config(cfg: TrainConfig, vocab: int) -> TransformerConfig:
+    if cfg.family == "qwen2":  # Qwen2's layout: q/k/v biases, grouped KV heads, eps 1e-6
+        return TransformerConfig(vocab_size=vocab, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                                 n_kv_heads=cfg.n_kv_heads or cfg.n_heads, mlp_hidden=cfg.mlp_hidden,
+                                 rope_theta=10000.0, norm_eps=1e-6, qkv_bias=True, rope_full_precision=False)
     if cfg.family == "llada":
         return TransformerConfig(vocab_size=vocab, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                                  n_kv_heads=cfg.n_heads, mlp_hidden=cfg.mlp_hidden, rope_theta=10000.0, norm_eps=1e-5)
@@ -160,6 +189,8 @@ def model_config(cfg: TrainConfig, vocab: int) -> TransformerConfig:
 
 
 def _family_module(model: DiffusionTransformer):
+    if getattr(model, "causal", False):
+        return qwen2
     return llada2 if model.cfg.moe is not None else llada
 
 
@@ -171,17 +202,33 @@ def checkpoint_bytes(model: torch.nn.Module) -> bytes:
     if model.cfg.moe is not None:
         tensors = {k: v.contiguous() for k, v in llada2.checkpoint_tensors(state).items()}
     else:
-        tensors = {llada.checkpoint_key(k): v for k, v in state.items()}
+        tensors = {_family_module(model).checkpoint_key(k): v for k, v in state.items()}
     return save(tensors, metadata={"format": "pt"})
 
 
-def export(model: DiffusionTransformer, out: Path, tokenizer, ids: dict, max_positions: int) -> None:
-    """Write a Hugging Face format directory in the family's own format."""
+def export(model: DiffusionTransformer, out: Path, tokenizer, ids: dict, max_positions: int,
+           tokenizer_dir: Path | None = None) -> None:
+    """Write a Hugging Face format directory in the family's own format; `tokenizer_dir`: a shared
+    tokenizer's directory, whose files are copied as they are (the model's ids are that tokenizer's)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "model.safetensors").write_bytes(checkpoint_bytes(model))
-    cfg = _family_module(model).checkpoint_config(model.cfg, max_positions=max_positions, **ids)
+    module = _family_module(model)
+    if module is qwen2:
+        ids = {"bos_id": tokenizer.bos_token_id, "eos_id": ids["eos_id"], "pad_id": ids["pad_id"]}
+    cfg = module.checkpoint_config(model.cfg, max_positions=max_positions, **ids)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    tokenizer.save_pretrained(str(out))
+    if module is qwen2:  # what transformers' save_pretrained would write beside a Qwen2ForCausalLM
+        gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
+               "pad_token_id": cfg["pad_token_id"]}
+        (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    if tokenizer_dir is None:
+        tokenizer.save_pretrained(str(out))
+        return
+    import shutil
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (tokenizer_dir / name).exists():
+            shutil.copyfile(tokenizer_dir / name, out / name)
 
 
 def build_model(cfg: TrainConfig, vocab: int) -> DiffusionTransformer:
@@ -210,15 +257,26 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
     work.mkdir(parents=True, exist_ok=True)
     state_file = work / "state.pt"
     tok_dir = work / "tokenizer"
-    if not (tok_dir / "tokenizer.json").exists():
+    shared = None
+    if cfg.tokenizer:
+        shared = _shared_tokenizer_dir(cfg.tokenizer)
+        tok_dir = shared
+    elif not (tok_dir / "tokenizer.json").exists():
         build_tokenizer(tok_dir, cfg.vocab_size, seed=cfg.seed, tasks=cfg.tasks)
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # a shared tokenizer's directory holds its model's config.json (llada)
     tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
     ids = {"mask_id": tokenizer.mask_token_id, "eos_id": tokenizer.eos_token_id, "pad_id": tokenizer.pad_token_id}
+    vocab = len(tokenizer)
+    if shared is not None:  # the ids and the vocabulary size of the model whose tokenizer this is
+        owner = json.loads((shared / "config.json").read_text())
+        ids = {"mask_id": owner.get("mask_token_id"), "eos_id": owner["eos_token_id"], "pad_id": owner["pad_token_id"]}
+        vocab = int(owner.get("embedding_size") or owner["vocab_size"])
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    model = build_model(cfg, len(tokenizer))
+    model = build_model(cfg, vocab)
     _init(model, cfg.seed)
     # the expert bias is set by balancing, never by gradients (it only selects experts)
     trained = [p for n, p in model.named_parameters() if not n.endswith("expert_bias")]
@@ -236,6 +294,8 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
         log(f"resuming at step {start} of {cfg.steps}")
     batcher = Batcher(cfg, tokenizer, **ids)
     step_loss = _llada_loss
+    if cfg.family == "qwen2":
+        step_loss = _causal_loss
     if cfg.family == "llada2_moe":
         from .block_diffusion import BlockBatcher
 
@@ -286,12 +346,12 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
         return {"steps": end, "seconds": time.perf_counter() - t0, "stopped": True,
                 "sha256": weights_sha256(model), "config": dataclasses.asdict(cfg)}
     model.eval()
-    export(model, out, tokenizer, ids, cfg.max_positions)
+    export(model, out, tokenizer, ids, cfg.max_positions, tokenizer_dir=shared)
     summary = {"steps": cfg.steps, "seconds": time.perf_counter() - t0,
                "final_loss": curve[-1]["loss"] if curve else None, "config": dataclasses.asdict(cfg)}
     (work / "curve.json").write_text(json.dumps(curve))
     (out / "training_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    write_learning_curve(curve, out)
+    write_learning_curve(curve, out, cfg.family)
     return summary
 
 
@@ -304,6 +364,16 @@ def _llada_loss(model, batcher: Batcher, step: int, gen: torch.Generator) -> tup
     return (ce.view_as(target) * masked / p_mask).sum() / (target.numel()), None
 
 
+def _causal_loss(model, batcher: Batcher, step: int, gen: torch.Generator) -> tuple[torch.Tensor, None]:
+    """(loss, None) of one causal LM step: mean next-token cross-entropy over the answers and their EOS
+    (row i predicts token i + 1; the prompt is context only)."""
+    tokens, scored = batcher.causal_batch(step)  # [B, T] each
+    positions = torch.arange(tokens.shape[1]).expand_as(tokens)  # [B, T]: right padding, no shift
+    logits = model(tokens, positions).logits[:, :-1]  # [B, T-1, V]: the module is causal
+    target, keep = tokens[:, 1:], scored[:, 1:]  # [B, T-1]
+    return F.cross_entropy(logits[keep].float(), target[keep]), None
+
+
 def _block_loss(model, batcher, step: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, the batch's non-pad tokens, whose routing the expert balancing counts) of one block step."""
     from .block_diffusion import block_loss
@@ -314,8 +384,10 @@ def _block_loss(model, batcher, step: int, gen: torch.Generator) -> tuple[torch.
     return block_loss(logits, target, masked, perturbed, p_mask, resp), ~pad
 
 
-def write_learning_curve(curve: list[dict], out: Path) -> None:
+def write_learning_curve(curve: list[dict], out: Path, family: str = "llada") -> None:
     """learning_curve.json (step, loss, seconds) and learning_curve.png beside the checkpoint."""
+    ylabel = {"llada": "training loss (1/t-weighted CE)", "llada2_moe": "training loss (M2T + T2T)",
+              "qwen2": "training loss (next-token CE on answers)"}[family]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -326,7 +398,7 @@ def write_learning_curve(curve: list[dict], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
     ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], lw=1)
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss (1/t-weighted CE)" if out.name != "ripple-tiny-bd" else "training loss (M2T + T2T)")
+    ax.set_ylabel(ylabel)
     ax.set_yscale("log")
     ax.grid(alpha=0.3, which="both")
     if curve:
@@ -347,6 +419,15 @@ def _init(model: DiffusionTransformer, seed: int) -> None:
                 p.data.mul_(1 / math.sqrt(2 * model.cfg.n_layers))
         elif name.endswith("bias"):
             p.data.zero_()
+
+
+def _shared_tokenizer_dir(name: str) -> Path:
+    """The directory of embedded model `name`, whose tokenizer and token ids a model shares."""
+    from ..runtime.loading import EMBEDDED, resolve_model_dir
+
+    if name not in EMBEDDED:
+        raise RippleError(f"tokenizer {name!r} is not an embedded model; accepted: {', '.join(EMBEDDED)}")
+    return resolve_model_dir(name)
 
 
 def _tiny(out: str, **kw) -> TrainConfig:
@@ -396,8 +477,24 @@ def _micro_bd(out: str, **kw) -> TrainConfig:
                                  topk_groups=1, expert_hidden=32, block_length=16, edit_share=0.25, edit_keep=0.5), **kw})
 
 
-PRESETS = {"tiny": _tiny, "micro": _micro, "tiny-bd": _tiny_bd, "micro-bd": _micro_bd, "tiny-lines": _tiny_lines}
-FAMILY_PRESETS = {"llada": "tiny", "llada2_moe": "tiny-bd"}  # `--family` alone picks the shipped recipe
+def _tiny_ar(out: str, **kw) -> TrainConfig:
+    """ripple-tiny-ar's recipe (its model card): a Qwen2-layout causal LM on ripple-tiny's tokenizer and
+    ripple-tiny's data stream (mix 7,1,4), as APD's verifier beside it."""
+    base = dict(family="qwen2", tokenizer="ripple-tiny", steps=9000, lr=2e-3, d_model=128, n_layers=4, n_heads=4,
+                n_kv_heads=2, mlp_hidden=352, max_positions=4096, mix=(7, 1, 4))
+    base.update(kw)
+    return TrainConfig(out=out, **base)
+
+
+def _micro_ar(out: str, **kw) -> TrainConfig:
+    """`micro` for the qwen2 family (tests)."""
+    return _micro(out, **{**dict(family="qwen2", tokenizer="ripple-tiny", n_kv_heads=1), **kw})
+
+
+PRESETS = {"tiny": _tiny, "micro": _micro, "tiny-bd": _tiny_bd, "micro-bd": _micro_bd, "tiny-lines": _tiny_lines,
+           "tiny-ar": _tiny_ar, "micro-ar": _micro_ar}
+# `--family` alone picks the shipped recipe
+FAMILY_PRESETS = {"llada": "tiny", "llada2_moe": "tiny-bd", "qwen2": "tiny-ar"}
 
 
 def recipe(out: str, family: str | None = None, preset: str | None = None, **overrides) -> TrainConfig:
@@ -406,7 +503,7 @@ def recipe(out: str, family: str | None = None, preset: str | None = None, **ove
     given; every value is checked, one line per problem."""
     chosen = {"llada2": "llada2_moe"}.get(family, family)
     if chosen is not None and chosen not in FAMILY_PRESETS:
-        raise RippleError(f"unknown family {family!r}; accepted: llada, llada2 (= llada2_moe)")
+        raise RippleError(f"unknown family {family!r}; accepted: llada, llada2 (= llada2_moe), qwen2")
     preset = FAMILY_PRESETS[chosen or "llada"] if preset is None else preset
     if preset not in PRESETS:
         raise RippleError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")

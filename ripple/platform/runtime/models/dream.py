@@ -12,19 +12,20 @@ from __future__ import annotations
 from .family import Family, register_family, renamer, require
 from .transformer import TransformerConfig
 
-_BLOCK = {
+QWEN2_BLOCK = {
     "self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",
     "self_attn.o_proj": "attn.o", "input_layernorm": "attn_norm",
     "post_attention_layernorm": "mlp_norm",
     "mlp.gate_proj": "gate", "mlp.up_proj": "up", "mlp.down_proj": "down",
 }
 # Qwen2's checkpoint names (Fast-dLLM v2 keeps them too)
-QWEN2_RENAME = renamer(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$", _BLOCK, {
+QWEN2_RENAME = renamer(r"^model\.layers\.(\d+)\.([\w.]+)\.(weight|bias)$", QWEN2_BLOCK, {
     "model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight", "lm_head.weight": "head.weight",
 })
 
 
-def _config(cfg: dict) -> TransformerConfig:
+def qwen2_config(cfg: dict) -> TransformerConfig:
+    """Qwen2's config.json keys (Dream's, and the causal qwen2 family's)."""
     n_heads = require(cfg, "num_attention_heads")
     return TransformerConfig(
         vocab_size=require(cfg, "vocab_size"), d_model=require(cfg, "hidden_size"),
@@ -48,7 +49,7 @@ DREAM = register_family(Family(
     name="dream",
     model_types=("dream",),
     shift=1,
-    to_config=_config,
+    to_config=qwen2_config,
     rename=QWEN2_RENAME,
     tied_head=qwen2_tied_head,
     max_positions=qwen2_max_positions,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ....errors import RippleError
-from .dream import _BLOCK, QWEN2_RENAME, _config as dream_config, qwen2_max_positions, qwen2_tied_head
+from .dream import QWEN2_BLOCK, QWEN2_RENAME, qwen2_config, qwen2_max_positions, qwen2_tied_head
 from .family import Family, register_family
 from .transformer import TransformerConfig
 
@@ -27,7 +27,7 @@ def _config(cfg: dict) -> TransformerConfig:
     rope = cfg.get("rope_parameters") or {}  # transformers >= 5 writes rope_theta there
     if "rope_theta" not in cfg and "rope_theta" in rope:
         cfg = {**cfg, "rope_theta": rope["rope_theta"]}
-    return dream_config(cfg)
+    return qwen2_config(cfg)
 
 
 QWEN2 = register_family(Family(
@@ -41,7 +41,7 @@ QWEN2 = register_family(Family(
     causal=True,
 ))
 
-_INVERSE_BLOCK = {v: k for k, v in _BLOCK.items()}
+_INVERSE_BLOCK = {v: k for k, v in QWEN2_BLOCK.items()}
 _INVERSE_TOP = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
                 "head.weight": "lm_head.weight"}
 
