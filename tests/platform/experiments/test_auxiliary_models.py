@@ -33,7 +33,8 @@ class DrafterParams(HyperParams):
 
 class Drafter(ripple.Scheduler):
     """Commit the leftmost masked position with the dLLM's top-1 token; on every `every`-th step first run
-    the verifier over the block up to that position (a second model's forward, counted apart)."""
+    the verifier over the block up to that position (a second model's forward, which the engine counts apart).
+    It declares the verifier only through its Params (`auxiliary`): `auxiliary_models()` is the default's."""
 
     Params = DrafterParams
 
@@ -41,9 +42,8 @@ class Drafter(ripple.Scheduler):
         tokens, _ = greedy(state)  # [L]
         at = state.masked.nonzero()[0]  # [1]
         if state.step % self.params.every == 0:
-            logits = next_token_logits(self.auxiliary_model("verifier"), state.tokens[None, :int(at) + 1])  # [1, a, V]
+            logits = next_token_logits(state.models["verifier"], state.tokens[None, :int(at) + 1])  # [1, a, V]
             assert logits.dtype == torch.float32 and logits.shape[-1] >= int(tokens.max()) + 1
-            state.count_verifier()
         return ripple.Plan(ripple.Commit(at, tokens[at]))
 
 
@@ -86,13 +86,11 @@ def write_verifier(folder, golden, seed: int = 0, tokenizer_of: str = "ripple-ti
 
 def test_a_decoder_declares_its_second_model_in_its_params():
     assert DrafterParams.auxiliary_fields() == {"verifier": "causal_lm"}
-    assert Drafter.declares_auxiliary() and not ripple.decoders.get("confidence").declares_auxiliary()
-    assert DrafterParams(verifier="x", every=2).auxiliary_models() == {"verifier": "x"}
-    assert DrafterParams().auxiliary_models() == {}  # empty: no model named
+    assert ripple.decoders.get("confidence").Params.auxiliary_fields() == {}
+    assert Drafter(DrafterParams(verifier="x", every=2)).auxiliary_models() == {"verifier": "x"}  # role: reference
+    assert Drafter().auxiliary_models() == {} and ripple.decoders.build("confidence").auxiliary_models() == {}
     with pytest.raises(ValueError, match="accepted: causal_lm"):
         auxiliary("", kind="encoder")
-    with pytest.raises(ripple.RippleError, match="needs the model its hyperparameter 'verifier' names loaded"):
-        Drafter(DrafterParams(verifier="x")).auxiliary_model("verifier")
 
 
 def test_generate_runs_the_verifier_beside_the_dllm_and_counts_its_forwards_apart(golden):
@@ -124,23 +122,24 @@ def test_the_cache_loads_each_verifier_once_per_folder_and_weights_on_the_dllms_
     first = golden / "qwen2-verifier-tiny"
     copy = tmp_path / "copy"
     shutil.copytree(first, copy)
+    held = {}  # an engine's `auxiliary`: module by reference
     for every in (1, 2, 3):  # three configurations (cells) naming one verifier: one load, one hash
         dec = Drafter(DrafterParams(verifier=str(first), every=every))
-        assert models.attach(dec) == {"verifier": weights_digest(first)}
-        assert dec.auxiliary_model("verifier").dtype == torch.bfloat16  # the dLLM's dtype and device
-        assert dec.auxiliary_model("verifier").causal
+        assert models.attach(dec, held) == {"verifier": weights_digest(first)}
+        module = held[str(first)]
+        assert module.causal and {p.dtype for p in module.parameters()} == {torch.bfloat16}  # the dLLM's dtype
+        assert {p.device.type for p in module.parameters()} == {"cpu"}
     assert loads == [(str(first), "bfloat16", "cpu")] and len(hashed) == 1
-    a = Drafter(DrafterParams(verifier=str(first)))
-    b = Drafter(DrafterParams(verifier=str(copy)))
-    models.attach(a), models.attach(b)
-    assert len(loads) == 2 and a.auxiliary_model("verifier") is not b.auxiliary_model("verifier")  # another folder
+    models.attach(Drafter(DrafterParams(verifier=str(copy))), held)
+    assert len(loads) == 2 and held[str(first)] is not held[str(copy)]  # another folder: its own load
+    before = held[str(copy)]
 
     weights = load_file(copy / "model.safetensors")  # the copy's weights change in place: a new digest, a new load
     weights["lm_head.weight"] = weights["lm_head.weight"] + 1e-3
     save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
     c = Drafter(DrafterParams(verifier=str(copy)))
-    assert models.attach(c) == {"verifier": weights_digest(copy)} != {"verifier": weights_digest(first)}
-    assert len(loads) == 3 and c.auxiliary_model("verifier") is not b.auxiliary_model("verifier")
+    assert models.attach(c, held) == {"verifier": weights_digest(copy)} != {"verifier": weights_digest(first)}
+    assert len(loads) == 3 and held[str(copy)] is not before
     assert models.loads == 3
 
 
