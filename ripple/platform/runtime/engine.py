@@ -493,7 +493,7 @@ class _Run:
         # distributions are fresh (a post forward's, or a lookahead's that filled the block)
         live = [r for r in rows if bool(states[r].block_masked.any())]
         while live:
-            # (variants, shadow, extent or -1, sub-block window of a `dual` forward or (0, 0)) -> rows
+            # (variants, shadow, extent or -1, the cache policy's narrower span or NO_NARROWING) -> rows
             groups: dict[tuple[bool, bool, int, tuple[int, int]], list[int]] = {}
             plans, stepping = {}, []
             for r in live:
