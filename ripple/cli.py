@@ -242,6 +242,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(out.text if out.text is not None else " ".join(map(str, out.tokens)))
     print(f"-- nfe {out.nfe}" + (f" ({out.encoder_nfe} encoder passes)" if out.encoder_nfe else "")
           + (f" (the followed decoder's: {out.reference_nfe}, not counted)" if out.reference_nfe is not None else "")
+          + (f" | verifier NFE {out.verifier_nfe} (a second model's forwards, apart)" if out.verifier_nfe is not None
+             else "")
           + f" | generated {out.generated_tokens} tokens in {out.decode_seconds:.3f}s | "
           f"TPS {out.tps:.1f} (canvas TPS {out.canvas_tps:.1f})" + (f" | {out.edits} edits" if out.edits else ""),
           file=sys.stderr)
@@ -288,6 +290,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tpf = "-" if m.tpf is None else f"{m.tpf:.2f}"
     print(f"accuracy {m.accuracy_text()} % (95 % Wilson interval {m.accuracy_lo:.1f} to {m.accuracy_hi:.1f}) | "
           f"mean NFE {m.mean_nfe:.2f} | TPF {tpf} | TPS {m.tps:.1f} (canvas TPS {m.canvas_tps:.1f})"
+          + ("" if m.mean_verifier_nfe is None else f" | verifier NFE {m.mean_verifier_nfe:.2f} (apart)")
           + ("" if m.mean_edits is None else f" | edits/sample {m.mean_edits:.2f}"))
     if m.strict is not None:  # ParallelBench's second figure: the same rule on strictly formatted answers
         print(f"strict {strict_text(m.strict)} % (ParallelBench's score_strict: the same rule on a strictly formatted "

@@ -18,7 +18,8 @@ Measurements, not tests.
                                               none, prefix and dual (tokens and NFE)
   python -m ripple.bench --write-checkpoint DIR [--layers N]; --load-memory DIR
                                               a random-weight checkpoint of --preset's shapes, and the
-                                              peak memory of loading and decoding one
+                                              peak memory of loading and decoding one (with --decoder
+                                              and --set verifier=DIR2, a second model counted too)
 """
 from __future__ import annotations
 
@@ -87,6 +88,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--load-memory", metavar="DIR", default=None,
                    help="peak resident memory of `ripple generate --dtype bfloat16` on the checkpoint DIR, "
                         "against its weight bytes")
+    p.add_argument("--decoder", default="confidence", help="--load-memory: the decoder `ripple generate` runs "
+                   "(one whose configuration names a second model, a verifier, loads and counts it too)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="--load-memory: a hyperparameter of --decoder (repeatable), e.g. verifier=DIR")
     p.add_argument("--no-moe", action="store_true", help="skip the MoE layer comparison (LLaDA2.0-mini shape)")
     return p
 
@@ -129,7 +134,14 @@ def _main(args) -> int:
     if args.load_memory is not None:
         from .load_memory import load_memory
 
-        print(json.dumps(load_memory(args.load_memory)) if args.json else load_memory(args.load_memory)["text"])
+        from ..decoders import get
+
+        get(args.decoder)  # an unknown name is one line, with the accepted ones
+        settings = dict(pair.split("=", 1) for pair in args.set if "=" in pair)
+        if len(settings) != len(args.set):
+            raise RippleError(f"--set takes KEY=VALUE, got {next(p for p in args.set if '=' not in p)!r}")
+        report = load_memory(args.load_memory, decoder=args.decoder, settings=settings)
+        print(json.dumps(report) if args.json else report["text"])
         return 0
     if args.preset is not None:
         from ..platform.runtime.models import get_family

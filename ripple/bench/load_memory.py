@@ -4,6 +4,9 @@
 (the kernel's ru_maxrss of the child) over the bytes its weights take in bfloat16 is the figure:
 the streaming loader (ripple/platform/runtime/loading.py) reads each tensor straight into its
 parameter, so the ratio is the weights plus the interpreter, torch and the decode's activations.
+A decoder whose configuration names a second model (`--decoder apd --set verifier=DIR`: a verifier the
+child loads beside the dLLM) has both counted: the report lists each checkpoint's bytes and the ratio is
+over their sum.
 """
 from __future__ import annotations
 
@@ -19,15 +22,34 @@ from ..errors import RippleError
 from ..platform.runtime.loading import read_config, weight_bytes, weight_files
 
 
-def load_memory(path: str, gen_length: int = 32, block_length: int = 32) -> dict:
+def load_parts(path: str, decoder="confidence", settings: dict[str, str] | None = None) -> list[tuple[str, Path, int]]:
+    """(role, checkpoint folder, weight bytes in bfloat16) of everything a `ripple generate` with `decoder`
+    and its hyperparameter `settings` loads: the dLLM, then each second model the configuration names (the
+    hyperparameter is the role, e.g. `verifier`)."""
+    from ..decoders import get
+    from ..platform.runtime.loading import resolve_model_dir
+
     ckpt = Path(path)
     read_config(ckpt)  # a folder without a valid config.json is one line before anything runs
+    cls = get(decoder) if isinstance(decoder, str) else decoder
+    params = cls.Params.from_strings(cls.name, dict(settings or {}))
+    parts = [("dLLM", ckpt)] + [(hp, resolve_model_dir(name)) for hp, name in params.auxiliary_models().items()]
+    for _, folder in parts[1:]:
+        read_config(folder)
+    return [(role, folder, weight_bytes(weight_files(folder), torch.bfloat16)) for role, folder in parts]
+
+
+def load_memory(path: str, gen_length: int = 32, block_length: int = 32, decoder: str = "confidence",
+                settings: dict[str, str] | None = None) -> dict:
+    ckpt = Path(path)
+    parts = load_parts(path, decoder, settings)
     files = weight_files(ckpt)
-    weights = weight_bytes(files, torch.bfloat16)
+    weights = sum(n for _, _, n in parts)
     ids = ",".join(str(i) for i in range(1, 17))  # a 16-token prompt (a mask id among them is refused in one line)
     argv = [sys.executable, "-m", "ripple.cli", "generate", "--model", str(ckpt), "--input-ids", ids,
-            "--decoder", "confidence", "--gen-length", str(gen_length), "--block-length", str(block_length),
+            "--decoder", decoder, "--gen-length", str(gen_length), "--block-length", str(block_length),
             "--dtype", "bfloat16", "--device", "cpu", "--json"]
+    argv += [a for k, v in (settings or {}).items() for a in ("--set", f"{k}={v}")]
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
@@ -35,8 +57,10 @@ def load_memory(path: str, gen_length: int = 32, block_length: int = 32) -> dict
         raise RippleError(f"ripple generate on {ckpt} failed: {proc.stderr.strip().splitlines()[-1:]}")
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux reports KiB
     ratio = peak / weights
-    text = (f"{ckpt}: {len(files)} shard(s), weights {weights / 2**30:.2f} GiB in bfloat16; `ripple generate "
+    both = "" if len(parts) == 1 else " (" + " + ".join(f"{role} {n / 2**30:.2f}" for role, _, n in parts) + ")"
+    text = (f"{ckpt}: {len(files)} shard(s), weights {weights / 2**30:.2f} GiB in bfloat16{both}; `ripple generate "
             f"--dtype bfloat16` (gen {gen_length}, block {block_length}) peak resident {peak / 2**30:.2f} GiB "
             f"= {ratio:.2f}x the weights, {seconds:.0f} s end to end")
     return {"path": str(ckpt), "shards": len(files), "weight_bytes": weights, "peak_rss_bytes": peak,
-            "ratio": ratio, "seconds": seconds, "text": text}
+            "ratio": ratio, "seconds": seconds, "text": text,
+            "parts": [{"role": role, "path": str(folder), "weight_bytes": n} for role, folder, n in parts]}

@@ -14,7 +14,10 @@ that share model, weights, task and decode settings and differ only in the decod
 section. Points the y_1 - 5 filter drops are listed under the table. The Pareto mark is the
 accuracy-TPF front of the section. An `oracle` row (ripple/decoders/oracle.py) reads the answer: it is
 the section's yardstick, never ranked (no AUP, off the front, no PBx, out of y_max); every row of a
-section holding one shows its NFE / oracle (same lengths, cache and samples), the plot stars its point. One plot per section: accuracy against TPF, each curve joined, each
+section holding one shows its NFE / oracle (same lengths, cache and samples), the plot stars its point.
+A decoder that runs a second model (APD's small autoregressive verifier) spends forwards of two sizes: mean
+NFE and TPF stay the dLLM's forwards, its verifier NFE is shown beside them and never added (a 0.5B forward
+is not a 7B forward), and TPS, over the whole wall time of both models, is the cost comparison. One plot per section: accuracy against TPF, each curve joined, each
 point with its 95 % Wilson interval as a bar (`plots.interval_bars`).
 
 PBx (ParallelBench's summary, the metrics module's `pb_scores`): per model, weights and decoder over the
@@ -45,7 +48,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.metrics import PB_THRESHOLDS, aup, pb_scores, strict_text
+from ..platform.experiments.metrics import PB_THRESHOLDS, VERIFIER_RULE, aup, pb_scores, strict_text
 from ..platform.experiments.store import DecodeSettings, ResultStore
 from .pareto import ACCURACY_TPF, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
@@ -55,7 +58,7 @@ from .report import (FAILURES_TEXT, ORACLE_DECODER, Table, failure_tables, fmt_a
 
 COLUMNS = ("model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto", "mean_edits", "seed", "strict",
-           "nfe_over_oracle")
+           "nfe_over_oracle", "mean_verifier_nfe")
 PBX_COLUMNS = ("model", "weights", "decoder", "task", "tasks", "configurations", *(f"pb{x}" for x in PB_THRESHOLDS))
 SECTION = ("model", "weights", "task")
 DECODE = tuple(f.name for f in fields(DecodeSettings))
@@ -94,6 +97,8 @@ class Row:
     strict: float | None = None  # ParallelBench's strict figure (percent), where the task has one
     # mean NFE over the oracle cell's of the same lengths and cache, on the same samples (issue 51)
     nfe_over_oracle: float | None = None
+    # forwards of the decoder's second model per sample (a verifier), beside mean_nfe, never added to it
+    mean_verifier_nfe: float | None = None
 
     @property
     def usable(self) -> bool:
@@ -210,7 +215,8 @@ def build_rows(cells: pl.DataFrame) -> list[Section]:
                             c["accuracy"], c["accuracy_lo"], c["accuracy_hi"], _num(c["tpf"]), c["mean_nfe"],
                             _num(c["tps"]), _num(c["speedup"]), None, False, tuple(c[k] for k in CURVE),
                             c["p_value"], c["speedup_lo"], c["speedup_hi"], _num(c["mean_edits"]), c.get("seed"),
-                            _num(c.get("strict")), _num(c.get("nfe_over_oracle"))))
+                            _num(c.get("strict")), _num(c.get("nfe_over_oracle")),
+                            _num(c.get("mean_verifier_nfe"))))
         aups, dropped = _score_curves(rows)
         flags = front_flags([(r.accuracy, r.tpf) if r.ranked else (None, None) for r in rows], ACCURACY_TPF)
         rows = [replace(r, aup=a, pareto=f) for r, a, f in zip(rows, aups, flags)]
@@ -366,9 +372,19 @@ HEADER = ("decoder", "params", "experiment", "n", "accuracy %", "TPF", "mean NFE
 
 def _header(s: "Section") -> tuple[str, ...]:
     """HEADER, plus a strict column where a task has ParallelBench's strict figure, an edits column in a
-    section where some cell edited (token editing) and NFE / oracle in a section holding an oracle cell."""
+    section where some cell edited (token editing), NFE / oracle in a section holding an oracle cell and
+    verifier NFE where a decoder ran a second model (beside mean NFE, never added: `VERIFIER_RULE`)."""
     return (HEADER + (("strict %",) if _strict(s) else ()) + (("edits",) if _edited(s) else ())
-            + (("NFE / oracle",) if _oracle(s) else ()))
+            + (("NFE / oracle",) if _oracle(s) else ()) + (("verifier NFE",) if _verified(s) else ()))
+
+
+def _verified(s: "Section") -> bool:
+    return any(r.mean_verifier_nfe is not None for r in s.rows)
+
+
+def _row_cells(r: Row, s: "Section") -> list[tuple[str, Any]]:
+    """`_shown` with the columns `_header` gives section `s`."""
+    return _shown(r, _edited(s), _strict(s), _oracle(s), _verified(s))
 
 
 def _oracle(s: "Section") -> bool:
@@ -383,7 +399,8 @@ def _strict(s: "Section") -> bool:
     return any(r.strict is not None for r in s.rows)
 
 
-def _shown(r: Row, edits: bool = False, strict: bool = False, oracle: bool = False) -> list[tuple[str, Any]]:
+def _shown(r: Row, edits: bool = False, strict: bool = False, oracle: bool = False,
+           verified: bool = False) -> list[tuple[str, Any]]:
     """(text, sort value) per `_header` column."""
     acc = fmt_acc(asdict(r)) if r.n else "-"
     return [(r.decoder, r.decoder), (r.params or "-", r.params), (r.experiment, r.experiment), (str(r.n), r.n),
@@ -392,7 +409,8 @@ def _shown(r: Row, edits: bool = False, strict: bool = False, oracle: bool = Fal
             ("-" if r.aup is None else f"{r.aup:.1f}", r.aup), ("*" if r.pareto else "", int(r.pareto))] + (
         [(strict_text(r.strict), r.strict)] if strict else []) + (
         [(fmt_nfe(r.mean_edits or 0.0), r.mean_edits or 0.0)] if edits else []) + (
-        [(fmt_ratio(r.nfe_over_oracle), r.nfe_over_oracle)] if oracle else [])
+        [(fmt_ratio(r.nfe_over_oracle), r.nfe_over_oracle)] if oracle else []) + (
+        [(fmt_nfe(r.mean_verifier_nfe), r.mean_verifier_nfe)] if verified else [])
 
 
 PBX_HEADER = ("decoder", "task", "tasks", "configurations", *(f"PB{x}" for x in PB_THRESHOLDS))
@@ -435,6 +453,12 @@ EXPLAIN = ("accuracy % with half its 95 % Wilson interval (* vs default: p < 0.0
            "tokens rewritten by token editing per sample.")
 
 
+def explain(sections: list[Section]) -> str:
+    """The page's reading guide: EXPLAIN, and how forwards of two sizes compare where a decoder ran a second
+    model (NFE stays the dLLM's, the verifier's beside it, TPS over the whole wall time)."""
+    return EXPLAIN + (" " + VERIFIER_RULE if any(_verified(s) for s in sections) else "")
+
+
 def traced_failures(store_dir: str | Path, cells: pl.DataFrame, folder: Path) -> list[Table]:
     """The report's parallel-failure tables (`report.failure_tables`) of every experiment with decode traces,
     their trace pages under `folder`/traces/EXPERIMENT/."""
@@ -459,7 +483,7 @@ def _failure_markdown(failures: list[Table]) -> list[str]:
 
 def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow] = (),
                 failures: list[Table] = ()) -> str:
-    out = ["# Ripple leaderboard", "", f"Experiments: {', '.join(experiments)}. {EXPLAIN}", ""]
+    out = ["# Ripple leaderboard", "", f"Experiments: {', '.join(experiments)}. {explain(sections)}", ""]
     for (model, weights), rows in _pbx_groups(list(pbx)).items():
         out += [f"## PBx · {model} · weights {weights[:12]}", "", PBX_EXPLAIN, "",
                 "| " + " | ".join(PBX_HEADER) + " |", "|" + "|".join("---" for _ in PBX_HEADER) + "|"]
@@ -468,7 +492,7 @@ def to_markdown(sections: list[Section], experiments: list[str], pbx: list[PbRow
     for s in sections:
         head = _header(s)
         out += [f"## {_title(s)}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _shown(r, _edited(s), _strict(s), _oracle(s)))
+        out += ["| " + " | ".join(t.replace("|", "\\|") for t, _ in _row_cells(r, s))
                 + " |"
                 for r in s.rows]
         out += ["", f"![{_title(s)}]({s.figure})", "", INTERVAL_CAPTION, ""]
@@ -517,14 +541,14 @@ def to_html(sections: list[Section], experiments: list[str], folder: Path, pbx: 
     e = html.escape
     out = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>Ripple leaderboard</title>",
            "<link rel=\"icon\" href=\"data:,\">", f"<style>{_CSS}</style></head><body>", "<h1>Ripple leaderboard</h1>",
-           f"<p>Experiments: {e(', '.join(experiments))}. {e(EXPLAIN)} Click a column header to sort.</p>"]
+           f"<p>Experiments: {e(', '.join(experiments))}. {e(explain(sections))} Click a column header to sort.</p>"]
     for (model, weights), rows in _pbx_groups(list(pbx)).items():
         out.append(f"<h2>{e(f'PBx · {model} · weights {weights[:12]}')}</h2><p>{e(PBX_EXPLAIN)}</p>")
         out.append(_html_table(PBX_HEADER, [_pbx_shown(r) for r in rows]))
         out += [f"<p class=\"note\">{e(_pbx_configs(r))}</p>" for r in rows]
     for s in sections:
-        out.append(f"<h2>{e(_title(s))}</h2>" + _html_table(_header(s), [_shown(r, _edited(s), _strict(s), _oracle(s))
-                                                                         for r in s.rows], [r.pareto for r in s.rows]))
+        out.append(f"<h2>{e(_title(s))}</h2>" + _html_table(_header(s), [_row_cells(r, s) for r in s.rows],
+                                                          [r.pareto for r in s.rows]))
         out += [f"<p class=\"note\">AUP dropped (more than 5 points below the curve's first accuracy): {e(d)}</p>"
                 for d in s.dropped]
         data = base64.b64encode((folder / s.figure).read_bytes()).decode("ascii")

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import polars as pl
 
 from ..errors import RippleError
-from ..platform.experiments.metrics import ORACLE_DECODER, ratio_text as fmt_ratio  # noqa: F401 (leaderboard's too)
+from ..platform.experiments.metrics import ORACLE_DECODER, VERIFIER_RULE, ratio_text as fmt_ratio  # noqa: F401 (leaderboard's too)
 from ..platform.experiments.store import DecodeSettings, ResultStore, check_name
 from .pareto import ACCURACY_NFE, ACCURACY_TPS, front_flags
 from .plots import INTERVAL_CAPTION, interval_bars, new_figure, save_png
@@ -142,13 +142,16 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
     vary = _varying(cells, CONTEXT)
     batched = cells.height > 0 and int(cells["batch_size"].max()) > 1  # throughput mode: its column too
     edited = cells.height > 0 and cells["mean_edits"].is_not_null().any()  # token editing: edits per sample
-    metrics = ("acc %", "NFE", "TPF", "TPS", "speedup", *(("throughput",) if batched else ()),
-               *(("edits",) if edited else ()))
+    # a decoder with a second model: its forwards beside NFE, never added (metrics.VERIFIER_RULE)
+    verified = cells.height > 0 and cells["mean_verifier_nfe"].is_not_null().any()
+    metrics = ("acc %", "NFE", *(("verifier NFE",) if verified else ()), "TPF", "TPS", "speedup",
+               *(("throughput",) if batched else ()), *(("edits",) if edited else ()))
     out = []
     for key, rows in _groups(cells, CONTEXT):
         tasks = rows["task"].unique(maintain_order=True).to_list()
         oracle = bool(rows["decoder"].eq(ORACLE_DECODER).any())
-        shown = metrics[:2] + (("NFE / oracle",) if oracle else ()) + metrics[2:]
+        at = 3 if verified else 2
+        shown = metrics[:at] + (("NFE / oracle",) if oracle else ()) + metrics[at:]
         header = ["decoder"] + [f"{t} {m}" for t in tasks for m in shown]
         body = []
         for label in _labels(rows):
@@ -159,13 +162,15 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
                     line += ["-"] * len(shown)
                     continue
                 c = r.row(0, named=True)
-                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), *((fmt_ratio(c["nfe_over_oracle"]),) if oracle else ()),
+                line += [fmt_acc(c), fmt_nfe(c["mean_nfe"]), *((fmt_nfe(c["mean_verifier_nfe"]),) if verified else ()),
+                         *((fmt_ratio(c["nfe_over_oracle"]),) if oracle else ()),
                          fmt_nfe(c["tpf"]), fmt_tps(c["tps"]), fmt_speedup(c),
                          *((fmt_tps(c["throughput"]),) if batched else ()),
                          *((fmt_nfe(c["mean_edits"] or 0.0),) if edited else ())]
             body.append(tuple(line))
         desc = _describe(key, vary)
-        out.append((key, desc, Table("main", f"Decoders x tasks ({desc})", tuple(header), tuple(body))))
+        out.append((key, desc, Table("main", f"Decoders x tasks ({desc})", tuple(header), tuple(body),
+                                     note=VERIFIER_RULE if verified else "")))
     return out
 
 

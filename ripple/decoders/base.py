@@ -79,6 +79,12 @@ loop, which has no such commit) decides that position itself from the opening fo
 the block, where the recomputed window holds that row (cache `none`); with a cache the engine still
 commits it at the opening. Such a decoder packs no block copies (lookahead, shadow).
 
+A decoder with a second model (APD's verifier, issue 58) usually declares it as a hyperparameter made
+with `params.auxiliary` (the kind of model: a causal LM); `auxiliary_models()` then returns {hyperparameter:
+its value} and the platform (ripple/platform/runtime/auxiliary.py `AuxiliaryModels`) loads each once per
+process beside the dLLM, refuses one that cannot serve it and hands it to the engine. Its forwards reach
+`SampleOutput.verifier_nfe`, never NFE.
+
 Decoders that draw random numbers (ParallelBench's random ranking) say so per configuration
 (`draws`): each sample then gets its own CPU `torch.Generator`, seeded with the sample's seed, as
 `BlockState.generator`, so a sample's draws depend on its seed only, never on the batch. A decoder
@@ -386,8 +392,9 @@ class Scheduler(ABC):
     def auxiliary_models(self) -> dict[str, str]:
         """Models this configuration needs beside the dLLM, {role: reference} (a folder, a hub id or an
         embedded name, e.g. a verifier named by a hyperparameter): loaded once beside the dLLM and handed
-        back as `RunShape.models` and `BlockState.models` (ripple/platform/runtime/auxiliary.py)."""
-        return {}
+        back as `RunShape.models` and `BlockState.models` (ripple/platform/runtime/auxiliary.py). By
+        default the hyperparameters declared with `params.auxiliary` that are set, each its own role."""
+        return self.params.auxiliary_models()
 
     def reference_decoder(self) -> "Scheduler":
         """The decoder whose completion this one follows (decoders that declare `follows_reference`)."""

@@ -47,6 +47,22 @@ def text(default: str = "", *, name=None, doc=""):
     return field(default=default, metadata=meta)
 
 
+# what a second model beside the dLLM may be: `causal_lm`, a causal LM giving next-token logits (a verifier)
+AUXILIARY_KINDS = ("causal_lm",)
+
+
+def auxiliary(default: str = "", *, kind: str = "causal_lm", name=None, doc=""):
+    """A hyperparameter naming a second model the decoder runs beside the dLLM (a checkpoint folder, a hub
+    id or an embedded name), of `kind`. Declared, so the platform acts on it without knowing the decoder:
+    workers load the model once and hand it over (ripple/platform/runtime/auxiliary.py), records carry its
+    weights digest, the load report counts its bytes. Empty: no model."""
+    if kind not in AUXILIARY_KINDS:
+        raise ValueError(f"auxiliary model kind {kind!r}; accepted: {', '.join(AUXILIARY_KINDS)}")
+    meta = {"text": True, "auxiliary": kind, "lo": None, "hi": None, "lo_open": False, "hi_open": False,
+            "name": name, "doc": doc, "search": None}
+    return field(default=default, metadata=meta)
+
+
 def range_text(meta: dict, kind: type) -> str:
     if meta.get("text"):
         return "any text"
@@ -126,6 +142,15 @@ class HyperParams:
 
     def to_dict(self) -> dict[str, Any]:
         return {public_name(f): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def auxiliary_fields(cls) -> dict[str, str]:
+        """Hyperparameters that name a second model (`auxiliary` fields) -> the kind of model each needs."""
+        return {public_name(f): f.metadata["auxiliary"] for f in dataclasses.fields(cls) if f.metadata.get("auxiliary")}
+
+    def auxiliary_models(self) -> dict[str, str]:
+        """The second models this configuration names: hyperparameter -> model (empty values left out)."""
+        return {k: v for k, v in self.to_dict().items() if k in self.auxiliary_fields() and v}
 
     @classmethod
     def id_neutral(cls) -> dict[str, Any]:

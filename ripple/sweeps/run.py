@@ -274,6 +274,7 @@ def _plan(spec: SweepSpec, store: ResultStore) -> tuple[dict, dict, frozenset]:
     store.compact()  # merge what an interrupted run left, before trials add their part files
     digests = model_digests([spec.model])
     store.check_weights(digests, "give a new --experiment (a sweep resumes from what its experiment stores)")
+    store.check_aux_weights("give a new --experiment (a sweep resumes from what its experiment stores)")
     return examples, digests, frozenset(store.done_keys())
 
 

@@ -32,7 +32,8 @@ COLUMNS = ["model", "weights", "task", "decoder", "params", "experiment", "n", "
            "mean_edits",  # then token edits per sample (where a cell edited)
            "seed",  # and the cell's seed
            "strict",  # and ParallelBench's strict figure (empty for other tasks)
-           "nfe_over_oracle"]  # and NFE / oracle (empty without an oracle cell of the same lengths and cache)
+           "nfe_over_oracle",  # and NFE / oracle (empty without an oracle cell of the same lengths and cache)
+           "mean_verifier_nfe"]  # and a second model's forwards per sample (empty for decoders without one)
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:

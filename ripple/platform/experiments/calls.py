@@ -106,6 +106,18 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler] | None, model: st
     return make({**defaults, **strings}) if defaults else built
 
 
+def attach_auxiliary(lm: LoadedModel, decoder: Scheduler) -> dict[str, Any]:
+    """The second models `decoder`'s configuration names (a verifier), loaded beside `lm` on its device
+    and dtype, by reference (an engine's `auxiliary`); refused in one line when one cannot serve it; {}
+    for decoders without one."""
+    held: dict[str, Any] = {}
+    if decoder.auxiliary_models():
+        from ..runtime.auxiliary import AuxiliaryModels
+
+        AuxiliaryModels(lm).attach(decoder, held)
+    return held
+
+
 def default_lengths(model: str | os.PathLike | LoadedModel, gen_length: int | None = None,
                     block_length: int | None = None) -> tuple[int, int]:
     """(gen_length, block_length): those given, else the model's generation_config.json's, else the
@@ -223,6 +235,7 @@ class Generation:
     seed: int
     trace: tuple[dict, ...] | None = None
     reference_nfe: int | None = None  # forwards of the decoder the oracle followed (None: another decoder)
+    verifier_nfe: int | None = None  # forwards of the decoder's second model, never in nfe (None: it has none)
 
     @property
     def tpf(self) -> float | None:
@@ -236,7 +249,7 @@ class Generation:
                 "tokens": list(self.tokens), "text": self.text, "nfe": self.nfe, "lookahead_nfe": self.lookahead_nfe,
                 "decode_seconds": self.decode_seconds, "generated_tokens": self.generated_tokens, "tps": self.tps,
                 "canvas_tps": self.canvas_tps, "edits": self.edits, "encoder_nfe": self.encoder_nfe, "seed": self.seed,
-                "reference_nfe": self.reference_nfe}
+                "reference_nfe": self.reference_nfe, "verifier_nfe": self.verifier_nfe}
 
 
 def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None = None, *, gen_length: int | None = None,
@@ -272,15 +285,17 @@ def generate(model, prompts, decoder: str | Scheduler | type[Scheduler] | None =
     lm = model if loaded else load_model(source, dtype=dtype, device=device, tokenizer=tokenizer)
     for p in ids:
         refuse_ids(p, lm.mask_id, lm.model.vocab_size)  # a mask named only by the tokenizer, the vocabulary
+    engine = Engine.from_loaded(lm)
+    engine.auxiliary.update(attach_auxiliary(lm, dec))
     events: list[dict] = []
-    outs = Engine.from_loaded(lm).generate(ids, dec, config, trace=events.append if trace else None,
-                                           seeds=[seed] * len(ids))
+    outs = engine.generate(ids, dec, config, trace=events.append if trace else None, seeds=[seed] * len(ids))
     results = [Generation(model_name(model), label(dec), dec.params.to_dict(), config.gen_length, config.block_length,
                           config.cache, tuple(p), tuple(out.tokens),
                           completion_text(tokenizer, out) if tokenizer is not None else None, out.nfe,
                           out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
                           out.edits, out.encoder_nfe, seed,
-                          tuple(e for e in events if e.get("sample", 0) == r) if trace else None, out.reference_nfe)
+                          tuple(e for e in events if e.get("sample", 0) == r) if trace else None, out.reference_nfe,
+                          out.verifier_nfe)
                for r, (p, out) in enumerate(zip(ids, outs))]
     return results[0] if alone else results
 
@@ -329,7 +344,8 @@ def _sample_frame(samples: Sequence[SampleResult]) -> pl.DataFrame:
                                       "lookahead_nfe": pl.Int64, "decode_seconds": pl.Float64,
                                       "generated_tokens": pl.Int64, "tps": pl.Float64, "canvas_tps": pl.Float64,
                                       "edits": pl.Int64, "encoder_nfe": pl.Int64, "seed": pl.Int64,
-                                      "floor_nfe": pl.Int64, "trace": pl.String, "reference_nfe": pl.Int64})
+                                      "floor_nfe": pl.Int64, "trace": pl.String, "reference_nfe": pl.Int64,
+                                      "verifier_nfe": pl.Int64})
 
 
 def evaluation(cell: CellResult) -> Evaluation:
@@ -375,7 +391,7 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] | None
         require_tokenizer(str(model))
     lm = load(model, dtype=dtype, device=device)
     cell = evaluate_cell(lm, the_task, dec, config, limit=limit, progress=progress, chat=form, on_sample=on_sample,
-                         seed=seed, traces=bool(traces))
+                         seed=seed, traces=bool(traces), auxiliary=attach_auxiliary(lm, dec))
     return evaluation(cell)
 
 

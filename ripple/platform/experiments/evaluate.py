@@ -39,6 +39,7 @@ class SampleResult:
     floor_nfe: int | None = None  # the task's floor for the sample (Task.floor_nfe), where it defines one
     trace: str | None = None  # the decode trace (ripple/platform/runtime/tracing.py `Trace.dumps`) with `traces`
     reference_nfe: int | None = None  # forwards of the decoder the oracle followed (None: another decoder)
+    verifier_nfe: int | None = None  # forwards of the decoder's second model (None: a decoder without one)
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,12 @@ class CellResult:
         gen = self.settings.get("gen_length", 0)
         frame = pl.DataFrame([{"sample_id": s.sample_id, "correct": s.correct, "error": None, "nfe": s.nfe,
                                "generated_tokens": s.generated_tokens, "decode_seconds": s.decode_seconds,
-                               "gen_length": gen, "edits": s.edits, "score_strict": strict_of(s.score)}
+                               "gen_length": gen, "edits": s.edits, "score_strict": strict_of(s.score),
+                               "verifier_nfe": s.verifier_nfe}
                               for s in self.samples],
                              schema={"sample_id": pl.String, "correct": pl.Boolean, "error": pl.String, "nfe": pl.Int64,
                                      "generated_tokens": pl.Int64, "decode_seconds": pl.Float64, "gen_length": pl.Int64,
-                                     "edits": pl.Int64, "score_strict": pl.Float64})
+                                     "edits": pl.Int64, "score_strict": pl.Float64, "verifier_nfe": pl.Int64})
         return cell_metrics(frame)
 
     def __getattr__(self, name: str):  # accuracy, mean_nfe, tps, canvas_tps, decode_seconds, ...
@@ -123,15 +125,17 @@ def sample_result(example, ids: list[int], out: SampleOutput, text: str, score, 
     """The record of one decoded and scored example."""
     return SampleResult(example.id, len(ids), text, bool(score.correct), dict(score.details), out.nfe,
                         out.lookahead_nfe, out.decode_seconds, out.generated_tokens, out.tps, out.canvas_tps,
-                        out.edits, out.encoder_nfe, seed, floor_nfe, trace, out.reference_nfe)
+                        out.edits, out.encoder_nfe, seed, floor_nfe, trace, out.reference_nfe,
+                        out.verifier_nfe)
 
 
 def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationConfig, *,
                   limit: int | None = None, split: str = "test", progress: bool = True, chat: bool | str = False,
                   on_sample: Callable[[SampleResult], None] | None = None, seed: int = 0,
-                  traces: bool = False) -> CellResult:
+                  traces: bool = False, auxiliary: dict[str, Any] | None = None) -> CellResult:
     """Decode and score the first `limit` examples of `task`, one at a time, in order (each with its
-    own seed, `sample_seed(seed, example id)`); `traces` keeps each sample's decode trace."""
+    own seed, `sample_seed(seed, example id)`); `traces` keeps each sample's decode trace; `auxiliary`:
+    the models the decoder needs beside `lm`, by reference (ripple/platform/runtime/auxiliary.py)."""
     from ..runtime.tracing import TraceRecorder
 
     from ...progress import progress as progress_bar
@@ -142,6 +146,7 @@ def evaluate_cell(lm: LoadedModel, task, decoder: Scheduler, config: GenerationC
         raise RippleError(f"model {lm.name!r} has no tokenizer; {TASKS_NEED_A_TOKENIZER}")
     examples = task.examples(split, limit)
     engine = Engine.from_loaded(lm)
+    engine.auxiliary.update(auxiliary or {})
     settings = {"model": lm.name, "task": task.name, "decoder": label(decoder), "params": decoder.params.to_dict(),
                 "gen_length": config.gen_length, "block_length": config.block_length, "cache": config.cache,
                 "seed": seed}

@@ -28,7 +28,8 @@ import polars as pl
 
 from ...errors import RippleError, Terminated, signals_deferred, stop_on_sigterm
 from .spec import Cell, GridSpec, WorkerSpec, load_spec, parse_spec, shipped_specs  # noqa: F401 (re-exported)
-from .metrics import CellSummary, baseline_ids, oracle_ids, ratio_text, strict_text, summarize_cells
+from .metrics import (VERIFIER_RULE, CellSummary, baseline_ids, oracle_ids, ratio_text, strict_text,
+                      summarize_cells)
 from .store import KEY, ResultStore, SampleRecord, StoreFull
 from .workers import WorkItem
 
@@ -333,6 +334,7 @@ def run_grid(spec: GridSpec, store_dir: str | os.PathLike, *, experiment: str | 
         store.compact()  # merge what a killed run left behind (and set damaged files aside)
         digests = model_digests(c.model for c in spec.cells)
         store.check_weights(digests, "re-run with --fresh to recompute them, or give a new --experiment")
+        store.check_aux_weights("re-run with --fresh to recompute them, or give a new --experiment")
         done = store.done_keys()
         todo = [it for it in items if it.key not in done]
         run = GridRun(spec, store, run_id, len(items), len(items) - len(todo), 0)
@@ -493,16 +495,19 @@ def format_table(run: GridRun) -> str:
     strict = any(s.strict is not None for s in sums)  # ParallelBench's strict figure, where a task has one
     # NFE / oracle beside mean NFE wherever the grid holds an oracle cell (the oracle's own row reads 1.00x)
     oracle = any(s.nfe_over_oracle is not None for s in sums)
+    verified = any(s.mean_verifier_nfe is not None for s in sums)  # a decoder with a second model: its forwards
     keys = [["task", *varying, "decoder"]] + [[s.cell.task, *(str(value(s.cell, c)) for c in varying),
                                                 s.cell.label()] for s in sums]
     minimum = [7] + [0] * len(varying) + [11]  # the widths of the original demo table
     widths = [max(m, *(len(row[i]) for row in keys)) for i, m in enumerate(minimum)]
     cols = [[s.accuracy_text() + (" *" if s.significant else "  "), f"{s.mean_nfe:.2f}"]
-            + ([ratio_text(s.nfe_over_oracle)] if oracle else []) + [_tpf(s.tpf), _number(s.tps), s.speedup_text()] + ([_number(s.throughput)] if batched else [])
+            + ([_tpf(s.mean_verifier_nfe)] if verified else []) + ([ratio_text(s.nfe_over_oracle)] if oracle else [])
+            + [_tpf(s.tpf), _number(s.tps), s.speedup_text()] + ([_number(s.throughput)] if batched else [])
             + ([strict_text(s.strict)] if strict else []) + ([_tpf(s.mean_edits or 0.0)] if edited else [])
             + ([str(s.errors)] if errors else [])
             for s in sums]
-    metrics = (["accuracy %", "mean NFE"] + (["NFE / oracle"] if oracle else []) + ["TPF", "TPS", "speedup"] + (["throughput"] if batched else [])
+    metrics = (["accuracy %", "mean NFE"] + (["verifier NFE"] if verified else []) + (["NFE / oracle"] if oracle else [])
+               + ["TPF", "TPS", "speedup"] + (["throughput"] if batched else [])
                + (["strict %"] if strict else []) + (["edits"] if edited else []) + (["errors"] if errors else []))
     mwidths = [max(len(m), *(len(c[i]) for c in cols)) for i, m in enumerate(metrics)]
 
@@ -515,6 +520,8 @@ def format_table(run: GridRun) -> str:
     for row, values in zip(keys[1:], cols):
         lines.append(line(row, values))
     lines.append(INTERVALS_NOTE)
+    if verified:
+        lines.append(VERIFIER_RULE)
     if oracle:
         lines.append(ORACLE_NOTE)
     if strict:

@@ -44,7 +44,7 @@ from ...tasks.base import cut_at_stops
 from ...tasks.prompting import encode_text
 from ..runtime.engine import Engine, GenerationConfig
 from ..runtime.loading import require_tokenizer
-from .calls import decode_config, load, resolve_decoder
+from .calls import attach_auxiliary, decode_config, load, resolve_decoder
 from .evaluate import sample_seed
 
 MODEL_NAME = "ripple"
@@ -142,6 +142,7 @@ class RippleLM(LM):
         self.lm = load(checked.pretrained, dtype=checked.dtype, device=checked.device)
         self.tokenizer = self.lm.tokenizer
         self.engine = Engine.from_loaded(self.lm)
+        self.engine.auxiliary.update(attach_auxiliary(self.lm, self.decoder))  # a verifier it names, once
         self.stats: dict[str, list[SampleStats]] = {}  # task name -> its generated requests' stats
         RippleLM.instances.append(self)
 

@@ -38,6 +38,11 @@ CONFIDENCE = 0.95
 RESAMPLES = 2000  # paired-bootstrap resamples per interval
 SEED = 0  # the bootstrap's seed: the same records always give the same intervals
 BASELINE_DECODER = "default"  # speedups and paired tests compare against this decoder's cell
+# how every surface compares a decoder that spends forwards of two sizes (issue 58)
+VERIFIER_RULE = ("verifier NFE: forwards of a decoder's second model (a small autoregressive verifier beside the "
+                 "dLLM) per sample, shown beside mean NFE and never added to it: NFE stays the dLLM's forwards, "
+                 "since a verifier's forward (0.5B) is not a dLLM's (7B). TPS counts the whole wall time, both "
+                 "models' forwards included: it is the comparison across decoders with and without a second model.")
 ORACLE_DECODER = "oracle"  # NFE / oracle compares against this decoder's cell (ripple/decoders/oracle.py)
 
 
@@ -72,6 +77,9 @@ class CellMetrics:
     strict: float | None = None  # percent: mean score_strict (ParallelBench tasks); None for other tasks
     # mean NFE over the oracle cell's on the samples both decoded (issue 51); None without an oracle cell
     nfe_over_oracle: float | None = None
+    # forwards of the decoder's second model (a verifier) per sample, beside mean_nfe and never added to it;
+    # None where no sample carries one (decoders without a second model, records stored before it)
+    mean_verifier_nfe: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """The numeric fields that are set, for MLflow and JSON."""
@@ -225,7 +233,8 @@ def cell_metrics(rows: pl.DataFrame, base: pl.DataFrame | None = None, seed: int
                tpf=int(ok["generated_tokens"].sum() or 0) / forwards if forwards else None,
                generated_tokens=int(ok["generated_tokens"].sum() or 0) if n else 0, decode_seconds=seconds,
                tps=tokens / seconds if timed else None, canvas_tps=canvas / seconds if timed else None,
-               batch_size=size, throughput=tput, batches=batches, mean_edits=mean_edits(ok), strict=strict_score(ok))
+               batch_size=size, throughput=tput, batches=batches, mean_edits=mean_edits(ok), strict=strict_score(ok),
+               mean_verifier_nfe=mean_verifier_nfe(ok))
     if base is not None:
         out.update(_compare(ok, _ok(base), out, seed))
     return CellMetrics(**out)
@@ -250,6 +259,14 @@ def mean_edits(ok: pl.DataFrame) -> float | None:
         return None
     total = int(ok["edits"].fill_null(0).sum() or 0)
     return total / ok.height if total else None
+
+
+def mean_verifier_nfe(ok: pl.DataFrame) -> float | None:
+    """Mean forwards of the decoder's second model per sample (a verifier's: a different model from the one
+    NFE counts, so never added to it), or None when no sample carries the count."""
+    if "verifier_nfe" not in ok.columns or ok.height == 0 or ok["verifier_nfe"].null_count() == ok.height:
+        return None
+    return float(ok["verifier_nfe"].fill_null(0).sum()) / ok.height
 
 
 def _compare(ok: pl.DataFrame, base_ok: pl.DataFrame, mine: dict, seed: int) -> dict[str, Any]:

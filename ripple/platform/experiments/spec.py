@@ -488,6 +488,7 @@ class SpecParser:
         )
         if len({c.decoder: c.local for c in cells}) < len({(c.decoder, c.local) for c in cells}):
             raise self.fail("two local decoder classes share a name; give each its own `name`")
+        self.auxiliaries_fit(cells)
         ids = [c.cell_id for c in cells]
         if len(set(ids)) != len(ids):
             raise self.fail("two decoder entries describe the same cell; remove the duplicate")
@@ -507,6 +508,39 @@ class SpecParser:
                         check_noise(cls, *self.kinds[model])
                     except RippleError as exc:
                         raise self.fail(f"model {model!r}: {exc}") from None
+
+    def auxiliaries_fit(self, cells) -> None:
+        """Refuse now, not in a worker after loading the dLLM, a second model a decoder's configuration names
+        (a verifier) that is not found or cannot serve the cell's model (auxiliary.check_fit), wherever both
+        are local or embedded; a hub id is checked by the worker that downloads it, before decoding."""
+        from ..runtime.auxiliary import check_fit
+        from ..runtime.loading import EMBEDDED, resolve_model_dir
+
+        def local(name: str) -> bool:
+            return name in EMBEDDED or Path(name).expanduser().is_dir()
+
+        checked: set[tuple[str, str, str]] = set()
+        for c in cells:
+            if not c.decoder_class.Params.auxiliary_fields():  # the kind of model is declared there
+                continue
+            decoder = c.make_decoder()
+            kinds = decoder.Params.auxiliary_fields()
+            for hp, name in decoder.auxiliary_models().items():
+                if hp not in kinds:
+                    continue  # a role without a declared kind: the worker's loader refuses it
+                if (c.model, name, hp) in checked:
+                    continue
+                checked.add((c.model, name, hp))
+                if not local(name) and not _HUB_ID.match(name):
+                    raise self.fail(f"decoder {c.decoder!r} hyperparameter {hp}={name!r} names no model: give a "
+                                    f"checkpoint directory, a hub id (org/name) or an embedded name: "
+                                    f"{', '.join(EMBEDDED)}")
+                if local(name) and local(c.model):
+                    try:
+                        check_fit(resolve_model_dir(c.model), resolve_model_dir(name), kinds[hp], aux_name=name)
+                    except RippleError as exc:
+                        raise self.fail(f"decoder {c.decoder!r} hyperparameter {hp}={name!r} on model "
+                                        f"{c.model!r}: {exc}") from None
 
     def batch_size(self, value: Any) -> int:
         try:

@@ -126,6 +126,9 @@ class SampleRecord(DecodeSettings):
     # forwards of the decoder the oracle followed (issue 51), never in nfe; None for every other decoder
     # and for records stored before it
     reference_nfe: int | None = None
+    # forwards of the decoder's second model (a verifier, issue 58), never in nfe; None for decoders without
+    # one and for records stored before it
+    verifier_nfe: int | None = None
     floor_nfe: int | None = None  # the task's floor for the sample (Task.floor_nfe; None: the task defines none)
     # the seed of the sample's own generator, sample_seed(seed, sample_id) (ripple/platform/experiments/
     # evaluate.py), when its decoder draws (renoise); None for the greedy mask decoders
@@ -143,6 +146,9 @@ class SampleRecord(DecodeSettings):
     hardware: str | None = None
     versions: str | None = None  # JSON: python, torch, ray, transformers, ripple
     weights: str | None = None  # weights_digest of the checkpoint that decoded it (None: stored before records carried it)
+    # JSON hyperparameter -> weights_digest of each second model the decoder ran beside the dLLM (a verifier,
+    # ripple/platform/runtime/auxiliary.py); None for decoders without one and records stored before it
+    aux_weights: str | None = None
     # JSON {"decoder"|"task": "distribution==version"} for a plugin decoder or task; None: Ripple's own
     plugins: str | None = None
     run_id: str | None = None  # the driver invocation that computed this record
@@ -181,7 +187,8 @@ ADDED_COLUMNS: dict[str, Any] = {"batch_size": 1, "batch_id": None, "batch_secon
                                  "eos_early_stop": False, "chat_form": "singleturn",
                                  "task_options": "{}", "block_align": "response", "plugins": None,
                                  "encoder_nfe": None, "sample_seed": None, "floor_nfe": None, "score_strict": None,
-                                 "sub_block_length": None, "trace": None, "reference_nfe": None}
+                                 "sub_block_length": None, "trace": None, "reference_nfe": None,
+                                 "verifier_nfe": None, "aux_weights": None}
 # decode settings among them: a cell at that value is the cell it was before the setting existed
 ADDED_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeSettings) if f.name in ADDED_COLUMNS)
 
@@ -319,6 +326,32 @@ class ResultStore:
                 seen = ", ".join(sorted({w or "unrecorded" for w in other["weights"].to_list()}))
                 raise RippleError(f"experiment {self.experiment!r} holds {other.height} samples of {model} decoded "
                                   f"by other weights ({seen}; {model} is now {digest}): {remedy}")
+
+    def check_aux_weights(self, remedy: str) -> None:
+        """`check_weights` for the second models beside the dLLM (a verifier): each stored cell's `aux_weights`
+        (hyperparameter -> digest) against the digest of the checkpoint its params name now; a hub id is not
+        checked. Samples a replaced verifier decoded are refused as a replaced dLLM's are."""
+        from ..runtime.loading import local_weights_digest
+
+        frame = self.read_all().filter(pl.col("error").is_null() & pl.col("aux_weights").is_not_null())
+        now: dict[str, str | None] = {}
+
+        def text(digests: dict) -> str:  # {"verifier": "abc"} -> verifier abc
+            return " ".join(f"{k} {v}" for k, v in sorted(digests.items()))
+
+        for (cell_id, params), rows in sorted(frame.group_by(["cell_id", "params"]), key=lambda g: g[0]):
+            named = {hp: json.loads(params)[hp] for hp in json.loads(rows["aux_weights"][0])}
+            for name in named.values():
+                if name not in now:
+                    now[name] = local_weights_digest(name)
+            if any(now[n] is None for n in named.values()):
+                continue
+            expected = {hp: now[n] for hp, n in named.items()}
+            other = rows.filter(pl.col("aux_weights") != json.dumps(expected, sort_keys=True))  # digests_json's form
+            if other.height:
+                seen = ", ".join(sorted({text(json.loads(w)) for w in other["aux_weights"].to_list()}))
+                raise RippleError(f"experiment {self.experiment!r} holds {other.height} samples of cell {cell_id} "
+                                  f"decoded beside other second-model weights ({seen}; now {text(expected)}): {remedy}")
 
     def compact(self) -> None:
         """Merge the small part files into one compact file (idempotent, crash-safe by dedup on read)."""

@@ -3,8 +3,10 @@
 `SampleWorker` is a plain class so the same code runs in one process (`make bench`'s
 baseline, tests) and as a Ray actor (`ray_worker_class`): on a GPU cluster each actor
 asks for `num_gpus=1`, on a CPU-only machine for a CPU count. The model loads once, in
-the constructor; every later call decodes a batch of samples of one cell in one engine
-call (throughput mode; a batch of one is the latency setting TPS is reported at), scores
+the constructor (a second model that a decoder's configuration names, a verifier, once on the first
+batch that needs it: ripple/platform/runtime/auxiliary.py); every later call decodes a batch of
+samples of one cell in one engine call (throughput mode; a batch of one is the latency setting TPS
+is reported at), scores
 them and returns one frozen `SampleRecord` each. A failing sample comes back as a record
 carrying its error, so the driver stores it instead of losing it.
 """
@@ -97,6 +99,7 @@ class SampleWorker:
                  data_dir: str | None = None, weights: str | None = None):
         import torch
 
+        from ..runtime.auxiliary import AuxiliaryModels
         from ..runtime.engine import Engine
         from ..runtime.loading import load_model, require_tokenizer, weights_digest
 
@@ -105,6 +108,9 @@ class SampleWorker:
         require_tokenizer(model)  # a hub id's, which the spec could not check; before the weights load
         self.lm = load_model(model, dtype=dtype, device=device)
         self.engine = Engine.from_loaded(self.lm)
+        # second models beside the dLLM that a decoder's configuration names (a verifier): each loaded once
+        # per worker and model, on the first batch that needs it, on this worker's device and dtype
+        self.aux = AuxiliaryModels(self.lm)
         self.data_dir = data_dir
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.hardware = hardware(self.lm.device)
@@ -142,6 +148,7 @@ class SampleWorker:
         by it. A decoding failure fails every sample of the batch; a scoring failure only its own."""
         import torch
 
+        from ..runtime.auxiliary import digests_json
         from ..runtime.engine import GenerationConfig
         from ..runtime.tracing import TraceRecorder
         from .evaluate import drawn_seed, run_batch, strict_of
@@ -162,6 +169,8 @@ class SampleWorker:
                                       block_align=cell.block_align, sub_block_length=cell.sub_block_length)
             rec = TraceRecorder(len(items)) if items[0].traces else None
             with self._decode:
+                # the second models it names (a verifier): loaded once per worker, refused before decoding
+                where["aux_weights"] = digests_json(self.aux.attach(decoder, self.engine.auxiliary))
                 task = self._task(cell.task, cell.task_options)
                 torch.manual_seed(cell.seed)
                 decoded = run_batch(self.engine, self.lm.tokenizer, task, [it.example for it in items], decoder,
@@ -180,7 +189,7 @@ class SampleWorker:
             records.append(item.record(
                 prompt_tokens=len(ids), completion=text, generated_tokens=out.generated_tokens, nfe=out.nfe,
                 lookahead_nfe=out.lookahead_nfe, edits=out.edits, encoder_nfe=out.encoder_nfe,
-                reference_nfe=out.reference_nfe,
+                reference_nfe=out.reference_nfe, verifier_nfe=out.verifier_nfe,
                 floor_nfe=task.floor_nfe(item.example), sample_seed=drawn_seed(decoder, cell.seed, item.example.id),
                 decode_seconds=out.decode_seconds, tps=out.tps, canvas_tps=out.canvas_tps, correct=bool(score.correct),
                 score=dumps(score.details), score_strict=strict_of(score.details), trace=trace, **where,

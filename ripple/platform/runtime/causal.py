@@ -22,8 +22,11 @@ class CausalOutput:
 
 
 def _module(model):
-    """The module of a LoadedModel or a module; refused unless it is causal."""
-    module = getattr(model, "model", model)
+    """The module of a LoadedModel, or `model` itself (a module, or the engine's `Counted` wrapper of one,
+    which must stay wrapped so its calls count: ripple/platform/runtime/auxiliary.py); refused unless causal."""
+    from .loading import LoadedModel
+
+    module = model.model if isinstance(model, LoadedModel) else model
     if not getattr(module, "causal", False):
         raise RippleError("next-token logits need a causal LM (load it with load_causal); this model is a diffusion LM")
     return module

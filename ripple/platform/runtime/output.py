@@ -23,6 +23,13 @@ class SampleOutput:
     auxiliary_nfe: tuple[tuple[str, int], ...] = ()
 
     @property
+    def verifier_nfe(self) -> int | None:
+        """Forwards of the decoder's second models (a verifier beside the dLLM), summed over their roles;
+        None for a decoder that declared none. Records, `Generation` and reports carry it apart from `nfe`:
+        a verifier's forward is not a dLLM's."""
+        return sum(n for _, n in self.auxiliary_nfe) if self.auxiliary_nfe else None
+
+    @property
     def tps(self) -> float:
         return self.generated_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
