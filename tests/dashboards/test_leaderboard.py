@@ -7,8 +7,6 @@ import hashlib
 import html
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -24,8 +22,8 @@ from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.tracking import tracking_uri
 from tests.dashboards import test_report as rep  # its SampleRecord maker
 from tests.dashboards.bars import bars, has_interval_legend, wilson_bars
+from tests.clitools import run_cli
 from tests.dashboards.cdp import Browser
-from tests.platform.gridtools import env
 
 COLUMNS = ["model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto",  # the issue's list, verbatim
@@ -112,8 +110,8 @@ def real(grid_store, tmp_path_factory):
     leaderboard the CLI wrote for it."""
     store, grids = grid_store
     out = tmp_path_factory.mktemp("board") / "lb"
-    proc = subprocess.run([sys.executable, "-m", "ripple.cli", "leaderboard", "--store", str(store), "--out", str(out)],
-                          capture_output=True, text=True, env=env(), timeout=300)
+    # in this process: the command's output is the point, not a process (the CLI is a shell over the API)
+    proc = run_cli(["leaderboard", "--store", str(store), "--out", str(out)], unset=("MLFLOW_TRACKING_URI", "RIPPLE_STORE"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return store, out, grids, proc.stdout
 
