@@ -43,10 +43,11 @@ def harness_tasks(shared, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def grid_store(tmp_path_factory):
-    """One real store of the demo grid and the rps-tiny grid (Confidence at four taus, RPS variants)
-    at one sample per cell, with MLflow, and their `ripple grid --json` summaries: for test_grid.py and
-    the dashboards' tests. Built once (the grids take most of these tests' time), then the demo grid run
-    again, which must compute nothing (`grid_rerun`); nothing changes the store after that."""
+    """One real store of the demo grid (two samples per cell: a cell's bootstrap intervals need two) and
+    the rps-tiny grid (Confidence at four taus, RPS variants; one sample per cell), with MLflow, and their
+    `ripple grid --json` summaries: for test_grid.py and the dashboards' tests. Built once (the grids take
+    most of these tests' time), then the demo grid run again, which must compute nothing (`grid_rerun`);
+    nothing changes the store after that."""
     import json
 
     from filelock import FileLock
@@ -59,10 +60,10 @@ def grid_store(tmp_path_factory):
     with FileLock(str(root / "grid-store.lock")):
         if not summaries.exists():
             # the demo grid is the suite's largest: a longer guard than run_grid's default on a loaded machine
-            grids = {name: run_grid(name, "--limit", "1", "--store", str(store), timeout=900)
-                     for name in ("demo", "rps-tiny")}
+            grids = {name: run_grid(name, "--limit", limit, "--store", str(store), timeout=900)
+                     for name, limit in (("demo", "2"), ("rps-tiny", "1"))}
             before = _mlflow_run_ids(store, "demo")
-            again = run_grid("demo", "--limit", "1", "--store", str(store))
+            again = run_grid("demo", "--limit", "2", "--store", str(store))
             (root / "grid-store" / "rerun.json").write_text(json.dumps({"summary": again, "run_ids_before": before}))
             summaries.write_text(json.dumps(grids))
     return store, json.loads(summaries.read_text())

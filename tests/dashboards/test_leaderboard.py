@@ -125,8 +125,8 @@ def _changed(decoder: str, params: dict) -> str:
 def test_every_row_equals_the_metrics_module_through_grid_json_csv_and_mlflow(real):
     store, out, grids, printed = real
     rows = _read_csv(out / "leaderboard.csv")
-    planned = sum(g["planned"] for g in grids.values())  # one sample per cell: cells = samples
-    assert len(rows) == planned == 81 and str(out / "leaderboard.html") in printed
+    cells = sum(len(g["results"]) for g in grids.values())  # a row per cell
+    assert len(rows) == cells == 81 and str(out / "leaderboard.html") in printed
     by_key = {(r["model"], r["experiment"], r["task"], r["decoder"], r["params"]): r for r in rows}
     assert len(by_key) == len(rows)  # one row per model, decoder setting and experiment
     expected = {}
@@ -162,7 +162,7 @@ def test_demo_runs_carry_their_task_as_an_mlflow_dataset_input(real):
     client = MlflowClient(tracking_uri=tracking_uri(store))
     runs = client.search_runs([client.get_experiment_by_name("demo").experiment_id], max_results=1000)
     records = ResultStore(store, "demo").read()
-    assert len(runs) == grids["demo"]["planned"] == 60  # 60 demo cells at one sample each (the oracle joined)
+    assert len(runs) == len(grids["demo"]["results"]) == 60  # a run per demo cell: 60 cells (the oracle joined)
     for run in runs:
         (inp,) = run.inputs.dataset_inputs
         ids = records.filter(pl.col("cell_id") == run.data.tags["ripple_cell_id"])["sample_id"].sort().to_list()

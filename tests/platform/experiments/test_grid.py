@@ -2,9 +2,8 @@
 store: the shipped demo spec (limited) runs, the store and MLflow agree, and a re-run computes
 nothing and duplicates no MLflow run.
 
-The grid is the session's `grid_store` (tests/conftest.py): the demo grid at one sample per cell, the
-store the dashboards' tests read too, so the suite runs the demo grid once (one sample per cell is
-enough here: what is checked is that every surface agrees, not how many samples a cell holds)."""
+The grid is the session's `grid_store` (tests/conftest.py): the demo grid at two samples per cell, in
+the store the dashboards' tests read too, so the suite runs the demo grid once, not twice."""
 import json
 
 import polars as pl
@@ -27,12 +26,12 @@ def _mlflow_runs(store_dir, experiment):
 def test_demo_grid_store_and_mlflow_agree(grid_store, grid_rerun, tmp_path):
     store_dir, grids = grid_store
     out = grids["demo"]
-    assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 60, 60, 0)
+    assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 120, 120, 0)
     assert len(out["workers"]) == 4 and len({w["pid"] for w in out["workers"]}) == 4  # two per model
 
     records = ResultStore(store_dir, "demo").read()
-    assert records.height == 60 and records["error"].null_count() == 60  # every sample, none failed
-    assert records.select(["cell_id", "sample_id"]).n_unique() == 60
+    assert records.height == 120 and records["error"].null_count() == 120  # every sample, none failed
+    assert records.select(["cell_id", "sample_id"]).n_unique() == 120
     assert records["nfe"].min() >= 1 and (records["tps"] > 0).all() and records["worker_id"].n_unique() == 4
     assert set(json.loads(records["versions"][0])) >= {"python", "torch", "ray", "ripple-dllm"}
     by_cell = records.group_by("cell_id").agg(
@@ -47,7 +46,7 @@ def test_demo_grid_store_and_mlflow_agree(grid_store, grid_rerun, tmp_path):
         cell = expected[run.data.tags[CELL_TAG]]
         m, p = run.data.metrics, run.data.params
         assert m["accuracy"] == pytest.approx(cell["accuracy"]) and m["mean_nfe"] == pytest.approx(cell["mean_nfe"])
-        assert m["tps"] == pytest.approx(cell["tps"]) and m["n"] == cell["n"] == 1
+        assert m["tps"] == pytest.approx(cell["tps"]) and m["n"] == cell["n"] == 2
         assert {"model", "task", "decoder", "gen_length", "block_length", "cache", "seed", "params"} <= set(p)
         assert m["accuracy_lo"] <= m["accuracy"] <= m["accuracy_hi"]
         if p["decoder"] == "default":
@@ -63,14 +62,14 @@ def test_demo_grid_store_and_mlflow_agree(grid_store, grid_rerun, tmp_path):
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert artifacts == {"samples.parquet", "samples.csv"}
     table = pl.read_parquet(client.download_artifacts(runs[0].info.run_id, "samples.parquet", str(tmp_path)))
-    assert table.height == 1 and set(table["cell_id"]) == {runs[0].data.tags[CELL_TAG]}
+    assert table.height == 2 and set(table["cell_id"]) == {runs[0].data.tags[CELL_TAG]}
 
     _every_surface_gives_the_same_numbers(out, records, runs, tmp_path)
 
     # the same command again (run by the fixture, before any test read the store): it resumes, with
     # nothing left to compute, and updates the MLflow runs read above rather than adding runs
     again = grid_rerun["summary"]
-    assert (again["computed"], again["skipped"]) == (0, 60)
+    assert (again["computed"], again["skipped"]) == (0, 120)
     assert sorted(r.info.run_id for r in runs) == grid_rerun["run_ids_before"]  # updated, not duplicated
 
 
