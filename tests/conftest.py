@@ -41,6 +41,56 @@ def harness_tasks(shared, tmp_path_factory):
     return {name: (task, prompts(task)) for name, task in tasks.items()}
 
 
+@pytest.fixture(scope="session")
+def grid_store(tmp_path_factory):
+    """One real store of the demo grid (two samples per cell: a cell's bootstrap intervals need two) and
+    the rps-tiny grid (Confidence at four taus, RPS variants; one sample per cell), with MLflow, and their
+    `ripple grid --json` summaries: for test_grid.py and the dashboards' tests. Built once (the grids take
+    most of these tests' time), then the demo grid run again, which must compute nothing (`grid_rerun`);
+    nothing changes the store after that."""
+    import json
+
+    from filelock import FileLock
+
+    from tests.platform.gridtools import run_grid
+
+    root = _xdist_shared(tmp_path_factory)
+    store, summaries = root / "grid-store" / "store", root / "grid-store" / "summaries.json"
+    (root / "grid-store").mkdir(exist_ok=True)
+    with FileLock(str(root / "grid-store.lock")):
+        if not summaries.exists():
+            # the demo grid is the suite's largest: a longer guard than run_grid's default on a loaded machine
+            grids = {name: run_grid(name, "--limit", limit, "--store", str(store), timeout=900)
+                     for name, limit in (("demo", "2"), ("rps-tiny", "1"))}
+            before = _mlflow_run_ids(store, "demo")
+            again = run_grid("demo", "--limit", "2", "--store", str(store))
+            (root / "grid-store" / "rerun.json").write_text(json.dumps({"summary": again, "run_ids_before": before}))
+            summaries.write_text(json.dumps(grids))
+    return store, json.loads(summaries.read_text())
+
+
+@pytest.fixture(scope="session")
+def grid_rerun(grid_store, tmp_path_factory) -> dict:
+    """The demo grid of `grid_store` run a second time: its summary, and the MLflow run ids before it."""
+    import json
+
+    return json.loads((_xdist_shared(tmp_path_factory) / "grid-store" / "rerun.json").read_text())
+
+
+def _xdist_shared(tmp_path_factory) -> Path:
+    """The session's base temp directory, shared by the xdist workers (the first to ask builds, the other waits)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+def _mlflow_run_ids(store: Path, experiment: str) -> list[str]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    return sorted(r.info.run_id for r in client.search_runs([exp.experiment_id], max_results=1000))
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     """Ray started once for the module on loopback (as `ripple grid` would); each grid or sweep joins it."""
@@ -50,8 +100,11 @@ def ray_local():
         yield
 
 
-# The longest files of the fresh-clone CI run (2026-12-02, --durations): started first
-_LONGEST = ("test_grid_resume.py", "test_grid_faults.py", "test_grid.py", "test_leaderboard.py")
+# The longest files of the fresh-clone CI run (2026-12-06, --durations): started first. test_leaderboard.py
+# first of all: it builds `grid_store`, which the other files reading it then find built, handed out last
+# of the slow files, instead of waiting for it
+_LONGEST = ("test_leaderboard.py", "test_grid_resume.py", "test_grid_faults.py")
+_STORE_READERS = ("test_grid.py", "test_ui_browser.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -63,6 +116,8 @@ def pytest_collection_modifyitems(config, items):
 
     def rank(item):
         name = item.path.name
-        return (_LONGEST.index(name) if name in _LONGEST else len(_LONGEST), item.path not in slow_files)
+        if name in _LONGEST:
+            return _LONGEST.index(name), False, False
+        return len(_LONGEST), item.path not in slow_files, name in _STORE_READERS
 
     items.sort(key=rank)  # stable: the order within each group stays

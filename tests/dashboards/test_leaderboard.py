@@ -7,8 +7,6 @@ import hashlib
 import html
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -24,8 +22,8 @@ from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.tracking import tracking_uri
 from tests.dashboards import test_report as rep  # its SampleRecord maker
 from tests.dashboards.bars import bars, has_interval_legend, wilson_bars
+from tests.clitools import run_cli
 from tests.dashboards.cdp import Browser
-from tests.platform.gridtools import env
 
 COLUMNS = ["model", "weights", "task", "decoder", "params", "experiment", "n", "accuracy", "accuracy_lo",
            "accuracy_hi", "tpf", "mean_nfe", "tps", "speedup", "aup", "pareto",  # the issue's list, verbatim
@@ -113,8 +111,8 @@ def real(grid_store, tmp_path_factory):
     leaderboard the CLI wrote for it."""
     store, grids = grid_store
     out = tmp_path_factory.mktemp("board") / "lb"
-    proc = subprocess.run([sys.executable, "-m", "ripple.cli", "leaderboard", "--store", str(store), "--out", str(out)],
-                          capture_output=True, text=True, env=env(), timeout=300)
+    # in this process: the command's output is the point, not a process (the CLI is a shell over the API)
+    proc = run_cli(["leaderboard", "--store", str(store), "--out", str(out)], unset=("MLFLOW_TRACKING_URI", "RIPPLE_STORE"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return store, out, grids, proc.stdout
 
@@ -128,8 +126,8 @@ def _changed(decoder: str, params: dict) -> str:
 def test_every_row_equals_the_metrics_module_through_grid_json_csv_and_mlflow(real):
     store, out, grids, printed = real
     rows = _read_csv(out / "leaderboard.csv")
-    planned = sum(g["planned"] for g in grids.values())  # one sample per cell: cells = samples
-    assert len(rows) == planned == 81 and str(out / "leaderboard.html") in printed
+    cells = sum(len(g["results"]) for g in grids.values())  # a row per cell
+    assert len(rows) == cells == 81 and str(out / "leaderboard.html") in printed
     by_key = {(r["model"], r["experiment"], r["task"], r["decoder"], r["params"]): r for r in rows}
     assert len(by_key) == len(rows)  # one row per model, decoder setting and experiment
     expected = {}
@@ -165,7 +163,7 @@ def test_demo_runs_carry_their_task_as_an_mlflow_dataset_input(real):
     client = MlflowClient(tracking_uri=tracking_uri(store))
     runs = client.search_runs([client.get_experiment_by_name("demo").experiment_id], max_results=1000)
     records = ResultStore(store, "demo").read()
-    assert len(runs) == grids["demo"]["planned"] == 60  # 60 demo cells at one sample each (the oracle joined)
+    assert len(runs) == len(grids["demo"]["results"]) == 60  # a run per demo cell: 60 cells (the oracle joined)
     for run in runs:
         (inp,) = run.inputs.dataset_inputs
         ids = records.filter(pl.col("cell_id") == run.data.tags["ripple_cell_id"])["sample_id"].sort().to_list()

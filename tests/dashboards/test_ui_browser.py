@@ -29,8 +29,8 @@ def _get(url: str, timeout: float = 2.0) -> bytes:
 
 @pytest.mark.slow
 def test_the_ui_opens_on_the_runs_table_with_every_demo_run(tmp_path, grid_store):
-    store, grids = grid_store  # the demo grid at one sample per cell (beside an rps-tiny grid)
-    cells = grids["demo"]["planned"]  # one sample per cell
+    store, grids = grid_store  # the demo grid (beside an rps-tiny grid)
+    cells = len(grids["demo"]["results"])  # a run per cell
     port = _free_port()
     ui = subprocess.Popen([sys.executable, "-m", "ripple.cli", "ui", "--store", str(store), "--port", str(port)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)

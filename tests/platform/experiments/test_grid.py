@@ -1,6 +1,9 @@
 """`ripple grid` end to end on a real local Ray, a real Parquet store and a real MLflow SQLite
 store: the shipped demo spec (limited) runs, the store and MLflow agree, and a re-run computes
-nothing and duplicates no MLflow run."""
+nothing and duplicates no MLflow run.
+
+The grid is the session's `grid_store` (tests/conftest.py): the demo grid at two samples per cell, in
+the store the dashboards' tests read too, so the suite runs the demo grid once, not twice."""
 import json
 
 import polars as pl
@@ -9,8 +12,6 @@ from mlflow.tracking import MlflowClient
 
 from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.tracking import CELL_TAG
-
-from tests.platform.gridtools import run_grid
 
 pytestmark = pytest.mark.slow
 
@@ -22,9 +23,9 @@ def _mlflow_runs(store_dir, experiment):
     return client, client.search_runs([exp.experiment_id], max_results=1000)
 
 
-def test_demo_grid_store_and_mlflow_agree(tmp_path):
-    store_dir = tmp_path / "store"
-    out = run_grid("demo", "--limit", "2", "--store", str(store_dir))
+def test_demo_grid_store_and_mlflow_agree(grid_store, grid_rerun, tmp_path):
+    store_dir, grids = grid_store
+    out = grids["demo"]
     assert (out["experiment"], out["planned"], out["computed"], out["skipped"]) == ("demo", 120, 120, 0)
     assert len(out["workers"]) == 4 and len({w["pid"] for w in out["workers"]}) == 4  # two per model
 
@@ -65,10 +66,11 @@ def test_demo_grid_store_and_mlflow_agree(tmp_path):
 
     _every_surface_gives_the_same_numbers(out, records, runs, tmp_path)
 
-    again = run_grid("demo", "--limit", "2", "--store", str(store_dir))  # resumes: nothing left to compute
+    # the same command again (run by the fixture, before any test read the store): it resumes, with
+    # nothing left to compute, and updates the MLflow runs read above rather than adding runs
+    again = grid_rerun["summary"]
     assert (again["computed"], again["skipped"]) == (0, 120)
-    _, runs_again = _mlflow_runs(store_dir, "demo")
-    assert sorted(r.info.run_id for r in runs_again) == sorted(r.info.run_id for r in runs)  # updated, not duplicated
+    assert sorted(r.info.run_id for r in runs) == grid_rerun["run_ids_before"]  # updated, not duplicated
 
 
 def _every_surface_gives_the_same_numbers(grid_json: dict, records: pl.DataFrame, runs, tmp_path) -> None:

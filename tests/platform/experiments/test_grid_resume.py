@@ -15,7 +15,10 @@ from tests.platform.gridtools import kill_group, run_grid, start_grid, stored, w
 pytestmark = pytest.mark.slow
 
 # Default decoding at gen 128 takes about a second a sample here, so a kill lands between records
-# rather than after the whole grid (fast decoders finish 12 samples before a poll can see one).
+# rather than after the whole grid (fast decoders finish 12 samples before a poll can see one). One
+# worker: each of a test's four drivers starts (and loads the model in) one process instead of two
+# (how many workers is not what these tests are about), and samples come one after another, so
+# fewer land between the poll that sees one and the kill.
 SPEC = """experiment: resume
 models: [ripple-tiny]
 tasks: [arith, pyfunc]
@@ -25,6 +28,7 @@ gen_lengths: [128]
 block_lengths: [32]
 batch_size: {batch}
 traces: true
+workers: {{count: 1, cpus: 1}}
 """
 
 
@@ -78,7 +82,8 @@ def test_driver_killed_three_times_resumes_without_loss_or_recompute(tmp_path, b
 
 
 def test_killed_worker_process_is_restarted_and_the_grid_completes(tmp_path):
-    spec = write_spec(tmp_path / "fault.yaml", SPEC.format(limit=6, batch=1).replace("experiment: resume",
+    # 6 samples (3 per task): the killed process serves the first, the restarted one the rest
+    spec = write_spec(tmp_path / "fault.yaml", SPEC.format(limit=3, batch=1).replace("experiment: resume",
                                                                             "experiment: fault"))
     store_dir = tmp_path / "store"
     store = ResultStore(store_dir, "fault")
@@ -93,10 +98,10 @@ def test_killed_worker_process_is_restarted_and_the_grid_completes(tmp_path):
             kill_group(proc)
     assert proc.returncode == 0, err[-3000:]
     final = store.read()
-    assert final.height == 12 and final.select(["cell_id", "sample_id"]).n_unique() == 12
+    assert final.height == 6 and final.select(["cell_id", "sample_id"]).n_unique() == 6
     pids = {int(w.rsplit(":", 1)[1]) for w in final["worker_id"]}
     assert victim in pids and len(pids) == 2  # the restarted actor (a new process) served the rest
     # the samples in flight on the killed process were retried on the restarted one: none failed
-    assert final["error"].null_count() == 12
+    assert final["error"].null_count() == 6
     with pytest.raises(ProcessLookupError):
         os.kill(victim, 0)
