@@ -58,11 +58,26 @@ class Architecture:
 _ARCHITECTURES: dict[str, Architecture] = {}
 
 
+def enter(table: dict[str, Any], name: str, item: Any, what: str) -> Any:
+    """Register `item` under `name` in a small registry (filter architectures here, training recipes in
+    ripple/platform/training/learn.py): a name given twice is a programming error."""
+    if name in table:
+        raise ValueError(f"{what} {name!r} registered twice")
+    table[name] = item
+    return item
+
+
+def lookup(table: dict[str, Any], name: str, what: str) -> Any:
+    """`table[name]`, or one line naming the unknown `what`, the closest name and the accepted ones."""
+    if name not in table:
+        close = difflib.get_close_matches(name, list(table), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RippleError(f"unknown {what} {name!r}{hint}; accepted: {', '.join(sorted(table))}")
+    return table[name]
+
+
 def register_architecture(arch: Architecture) -> Architecture:
-    if arch.name in _ARCHITECTURES:
-        raise ValueError(f"filter architecture {arch.name!r} registered twice")
-    _ARCHITECTURES[arch.name] = arch
-    return arch
+    return enter(_ARCHITECTURES, arch.name, arch, "filter architecture")
 
 
 def architectures() -> list[str]:
@@ -70,11 +85,7 @@ def architectures() -> list[str]:
 
 
 def get_architecture(name: str) -> Architecture:
-    if name not in _ARCHITECTURES:
-        close = difflib.get_close_matches(name, list(_ARCHITECTURES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise RippleError(f"unknown filter architecture {name!r}{hint}; accepted: {', '.join(architectures())}")
-    return _ARCHITECTURES[name]
+    return lookup(_ARCHITECTURES, name, "filter architecture")
 
 
 @lru_cache(maxsize=None)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ...decoders.filters import FilterCard, build_filter, file_sha256, get_architecture, save_filter
+from ...decoders.filters import FilterCard, build_filter, enter, file_sha256, get_architecture, lookup, save_filter
 from ...errors import RippleError
 
 # the labelling file's columns and metadata key as ripple/platform/experiments/labels.py writes them (named
@@ -166,10 +166,7 @@ _RECIPES: dict[str, Recipe] = {}
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
-    if recipe.name in _RECIPES:
-        raise ValueError(f"recipe {recipe.name!r} registered twice")
-    _RECIPES[recipe.name] = recipe
-    return recipe
+    return enter(_RECIPES, recipe.name, recipe, "recipe")
 
 
 def recipes() -> list[str]:
@@ -177,13 +174,7 @@ def recipes() -> list[str]:
 
 
 def get_recipe(name: str) -> Recipe:
-    if name not in _RECIPES:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(_RECIPES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise RippleError(f"unknown recipe {name!r}{hint}; accepted: {', '.join(recipes())}")
-    return _RECIPES[name]
+    return lookup(_RECIPES, name, "recipe")
 
 
 def false_positive(preds, y) -> float:
