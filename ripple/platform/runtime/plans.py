@@ -40,6 +40,14 @@ def check_plan(dec: Scheduler, plan: Plan) -> None:
         raise RippleError(f"decoder {dec.name!r} cut the canvas but does not declare cuts_canvas")
 
 
+def _inside(dec: Scheduler, at: torch.Tensor, L: int, window: tuple[int, int], verb: str) -> None:
+    """Block positions `at` a plan writes lie in the current block [0, L) and its sub-block `window`."""
+    if bool(((at < 0) | (at >= L)).any()):
+        raise RuntimeError(f"decoder {dec.name!r} {verb} outside the current block")
+    if bool(((at < window[0]) | (at >= window[1])).any()):
+        raise RuntimeError(f"decoder {dec.name!r} {verb} outside the current sub-block")
+
+
 def apply_decision(dec: Scheduler, mask_id: int, st: BlockState, commit: Commit, remask: torch.Tensor | None,
                    edit: Commit | None) -> list[list[int]]:
     """Write a decoder's commits and edits together (then remasks) into `st.tokens` (a view into the
@@ -49,10 +57,7 @@ def apply_decision(dec: Scheduler, mask_id: int, st: BlockState, commit: Commit,
     if edit is not None and len(edit):
         at = edit.positions.to(st.tokens.device)
         new = edit.tokens.to(st.tokens.device)
-        if bool(((at < 0) | (at >= L)).any()):
-            raise RuntimeError(f"decoder {dec.name!r} edited outside the current block")
-        if bool(((at < st.window[0]) | (at >= st.window[1])).any()):
-            raise RuntimeError(f"decoder {dec.name!r} edited outside the current sub-block")
+        _inside(dec, at, L, st.window, "edited")
         if bool(st.block_masked[at].any()):
             raise RuntimeError(f"decoder {dec.name!r} edited a masked position (that is a commit)")
         if bool(st.fixed[at].any()):
@@ -65,20 +70,14 @@ def apply_decision(dec: Scheduler, mask_id: int, st: BlockState, commit: Commit,
     pos = commit.positions.to(st.tokens.device)
     if len(commit):
         tok = commit.tokens.to(st.tokens.device)
-        if bool(((pos < 0) | (pos >= L)).any()):
-            raise RuntimeError(f"decoder {dec.name!r} committed outside the current block")
-        if bool(((pos < st.window[0]) | (pos >= st.window[1])).any()):
-            raise RuntimeError(f"decoder {dec.name!r} committed outside the current sub-block")
+        _inside(dec, pos, L, st.window, "committed")
         if not bool(st.masked[pos].all()):
             raise RuntimeError(f"decoder {dec.name!r} committed an already decoded position")
         if bool((tok == mask_id).any()):
             raise RuntimeError(f"decoder {dec.name!r} committed the mask id")
     if remask is not None and remask.numel():
         back = remask.to(st.tokens.device)
-        if bool(((back < 0) | (back >= L)).any()):
-            raise RuntimeError(f"decoder {dec.name!r} remasked outside the current block")
-        if bool(((back < st.window[0]) | (back >= st.window[1])).any()):
-            raise RuntimeError(f"decoder {dec.name!r} remasked outside the current sub-block")
+        _inside(dec, back, L, st.window, "remasked")
         if bool(st.block_masked[back].any()):
             raise RuntimeError(f"decoder {dec.name!r} remasked a position that is not decoded")
         if bool(st.fixed[back].any()):
