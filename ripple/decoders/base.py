@@ -97,6 +97,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..errors import RippleError
 from ..lazy import torch
 from .params import HyperParams
 
@@ -473,3 +474,12 @@ def argmax_probs(logits: torch.Tensor, dtype: torch.dtype | None = None) -> tupl
 def top1_index(conf: torch.Tensor) -> int:
     """Most confident position; ties go to the lower index (argmax returns the first)."""
     return int(torch.argmax(conf))
+
+
+def check_block_steps(who: str, steps: int, shape: RunShape) -> None:
+    """Refuse a total `steps` (0: none set) that the run's blocks cannot share evenly, as LLaDA's schedule
+    asserts: the decoders with LLaDA's `steps` (pc_sampler, learn2pd) check it alike in `prepare`."""
+    for n in sorted(set(shape.n_blocks)) if steps else ():
+        if steps % n:
+            raise RippleError(f"{who} steps={steps} must be a multiple of the number of blocks ({n}: "
+                              f"gen_length {shape.gen_length}, block_length {shape.block_length})")

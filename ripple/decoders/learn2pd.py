@@ -46,7 +46,7 @@ from pathlib import Path
 
 from ..errors import RippleError
 from ..lazy import torch
-from .base import BlockState, Commit, Plan, RunShape, Scheduler, most_confident, top1
+from .base import BlockState, Commit, Plan, RunShape, Scheduler, check_block_steps, most_confident, top1
 from .filters import NO_FILTER, file_sha256, load_filter, WEIGHTS_FILE
 from .params import HyperParams, flag, hp, text
 from .registry import register
@@ -128,11 +128,7 @@ class Learn2PD(Scheduler):
         return {"filter": file_sha256(weights)} if weights.is_file() else {}
 
     def prepare(self, shape: RunShape) -> None:
-        steps = self.params.steps
-        for n in sorted(set(shape.n_blocks)) if steps else ():
-            if steps % n:
-                raise RippleError(f"learn2pd steps={steps} must be a multiple of the number of blocks ({n}: "
-                                  f"gen_length {shape.gen_length}, block_length {shape.block_length})")
+        check_block_steps("learn2pd", self.params.steps, shape)
         # the run's configuration (never a sample's state): every generate call sets it anew
         self._cache, self._eos = shape.cache, tuple(shape.eos_ids)
         path = filter_path(self.params, shape.model_dir)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..lazy import torch
 from ..errors import RippleError
-from .base import BlockState, Commit, Plan, RunShape, Scheduler, most_confident
+from .base import BlockState, Commit, Plan, RunShape, Scheduler, check_block_steps, most_confident
 from .params import HyperParams, hp, text
 from .registry import register
 
@@ -107,11 +107,7 @@ class PCSampler(Scheduler):
     Params = PCSamplerParams
 
     def prepare(self, shape: RunShape) -> None:
-        steps = self.params.steps
-        for n in sorted(set(shape.n_blocks)) if steps else ():
-            if steps % n:
-                raise RippleError(f"pc_sampler steps={steps} must be a multiple of the number of blocks ({n}: "
-                                  f"gen_length {shape.gen_length}, block_length {shape.block_length})")
+        check_block_steps("pc_sampler", self.params.steps, shape)
         # the run's prior (configuration, not sample state: every generate call sets it anew)
         path = self._prior_path(shape)
         self._prior = load_prior(path, shape.vocab_size) if path else torch.full(
