@@ -1,11 +1,13 @@
 """train-tiny: LLaDA's SFT objective really trains, checkpoints resume exactly."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -15,8 +17,15 @@ from ripple.platform.training.train import PRESETS, train
 from tests.clitools import run_cli
 
 
-def test_micro_run_lowers_the_loss_and_exports_a_loadable_llada_checkpoint(tmp_path):
-    summary = train(PRESETS["micro"](str(tmp_path / "m"), steps=20), progress=False)
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    """A 20-step micro run (it builds its BPE tokenizer, the run's costliest part, as every fresh run does)."""
+    root = tmp_path_factory.mktemp("micro")
+    return root, train(PRESETS["micro"](str(root / "m"), steps=20), progress=False)
+
+
+def test_micro_run_lowers_the_loss_and_exports_a_loadable_llada_checkpoint(micro):
+    tmp_path, summary = micro
     curve = json.loads((tmp_path / "m" / "training" / "curve.json").read_text())
     first = sum(c["loss"] for c in curve[:2]) / 2
     last = sum(c["loss"] for c in curve[-2:]) / 2
@@ -46,12 +55,17 @@ def test_the_data_stream_follows_the_mix_and_never_repeats_an_index():
     assert sum(t == 0 for t, _ in sources) == 200
 
 
+STEPS = 60  # checkpoints every 10: a kill 0.3 s after the first lands 50 steps before the end
+
+
 def _cmd(out):
-    return [sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(out), "--preset", "micro", "--steps", "150"]
+    return [sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(out), "--preset", "micro", "--steps", str(STEPS)]
 
 
-def test_killed_run_resumes_to_the_same_weights(tmp_path):
+def test_killed_run_resumes_to_the_same_weights(tmp_path, micro):
     env = {**os.environ, "TQDM_DISABLE": "1"}
+    for run in ("a", "b"):  # the micro run's tokenizer (same vocabulary, seed and tasks): neither run rebuilds it
+        shutil.copytree(micro[0] / "m" / "training" / "tokenizer", tmp_path / run / "training" / "tokenizer")
     proc = subprocess.Popen(_cmd(tmp_path / "a"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     state = tmp_path / "a" / "training" / "state.pt"
     deadline = time.time() + 120
@@ -62,7 +76,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
     proc.wait()
     assert state.exists() and not (tmp_path / "a" / "model.safetensors").exists(), "kill came too late to test resume"
     step_at_kill = torch.load(state, weights_only=False)["step"]
-    assert 0 < step_at_kill < 150
+    assert 0 < step_at_kill < STEPS
     resumed = subprocess.run(_cmd(tmp_path / "a"), capture_output=True, text=True, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming at step {step_at_kill}" in resumed.stdout
