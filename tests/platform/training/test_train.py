@@ -59,7 +59,8 @@ STEPS = 60  # checkpoints every 10: a kill 0.3 s after the first lands 50 steps 
 
 
 def _cmd(out):
-    return [sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(out), "--preset", "micro", "--steps", str(STEPS)]
+    return [sys.executable, "-m", "ripple.cli", "train-tiny", "--out", str(out), "--preset", "micro",
+            "--steps", str(STEPS)]
 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path, micro):
