@@ -70,6 +70,25 @@ def grid_store(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def mlflow_db(tmp_path_factory) -> Path:
+    """An empty MLflow SQLite store, its schema migrated (MLflow's migrations cost a new database about
+    3 s of CPU): a test that is not about creating the store copies it to where its run will look."""
+    from filelock import FileLock
+    from mlflow.tracking import MlflowClient
+
+    root = _xdist_shared(tmp_path_factory)
+    db = root / "mlflow-template" / "mlflow.db"
+    db.parent.mkdir(exist_ok=True)
+    with FileLock(str(root / "mlflow-template.lock")):
+        if not db.exists():
+            part = db.with_name("building.db")
+            part.unlink(missing_ok=True)
+            MlflowClient(tracking_uri=f"sqlite:///{part}").search_experiments()  # creates and migrates it
+            part.replace(db)
+    return db
+
+
+@pytest.fixture(scope="session")
 def grid_rerun(grid_store, tmp_path_factory) -> dict:
     """The demo grid of `grid_store` run a second time: its summary, and the MLflow run ids before it."""
     import json
