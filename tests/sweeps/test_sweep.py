@@ -5,6 +5,7 @@ the driver's own start-up is paid once; each `run_sweep` then joins it and leave
 """
 import json
 import math
+import shutil
 
 import polars as pl
 import pytest
@@ -17,15 +18,17 @@ from ripple.sweeps.spec import parse_sweep_spec
 
 pytestmark = pytest.mark.slow
 
-SPEC = {"experiment": "tiny-sweep", "model": "ripple-tiny", "tasks": {"arith": {"limit": 3}, "pyfunc": {"limit": 2}},
+SPEC = {"experiment": "tiny-sweep", "model": "ripple-tiny", "tasks": {"arith": {"limit": 2}, "pyfunc": {"limit": 1}},
         "decoder": "rps", "search": "grid", "space": {"tau": [0.6, 0.9], "lambda": [0.0, 0.3]},
-        "metric": "accuracy", "baseline": True, "gen_length": 48, "block_length": 16, "dtype": "float32",
-        "workers": {"cpus": 1}}
+        "metric": "accuracy", "baseline": True, "gen_length": 32, "block_length": 16, "dtype": "float32",
+        "workers": {"cpus": 1}}  # as many workers as cores: trials run side by side, writing the store together
+ONE_WORKER = {"count": 1, "cpus": 1}  # two one-sample trials: one worker serves both
 
 
 @pytest.fixture(scope="module")
-def swept(ray_local, tmp_path_factory):
+def swept(ray_local, tmp_path_factory, mlflow_db):
     root = tmp_path_factory.mktemp("sweep")
+    shutil.copy(mlflow_db, root / "mlflow.db")  # an empty store, migrated once per session
     uri = f"sqlite:///{root / 'mlflow.db'}"
     spec = parse_sweep_spec(SPEC, "test-sweep.yaml")
     run = run_sweep(spec, root / "store", tracking_uri=uri, progress=False)
@@ -66,12 +69,12 @@ def test_tune_results_store_and_mlflow_agree(swept):
 
     # the store: every trial cell has its samples, and the metrics recompute from the raw records
     records = ResultStore(root / "store", "tiny-sweep").read()
-    assert records.height == 5 * 5  # (4 trials + default) x (3 arith + 2 pyfunc)
+    assert records.height == 5 * 3  # (4 trials + default) x (2 arith + 1 pyfunc)
     assert records["error"].null_count() == records.height
     for t in run.trials:
         assert len(t.cell_ids) == 2
         rows = records.filter(pl.col("cell_id").is_in(list(t.cell_ids)))
-        assert sorted(rows.group_by("task").len().rows()) == [("arith", 3), ("pyfunc", 2)]
+        assert sorted(rows.group_by("task").len().rows()) == [("arith", 2), ("pyfunc", 1)]
         assert {json.loads(p)["tau"] for p in rows["params"]} == {dict(t.params)["tau"]}
         acc, nfe, tps = _store_metrics(rows)
         assert t.agg.accuracy == pytest.approx(acc) and t.agg.mean_nfe == pytest.approx(nfe)
@@ -136,7 +139,8 @@ def test_optuna_search_runs_on_the_shared_workers(ray_local, tmp_path):
     spec = parse_sweep_spec({"model": "ripple-tiny", "tasks": {"arith": {"limit": 1}}, "decoder": "rps",
                              "search": "optuna", "num_samples": 2, "space": {"k_max": {"lo": 2, "hi": 20}},
                              "metric": "score", "weights": {"accuracy": 1.0, "tps": 0.01}, "baseline": False,
-                             "gen_length": 48, "block_length": 16, "dtype": "float32", "seed": 3}, "optuna.yaml")
+                             "gen_length": 32, "block_length": 16, "dtype": "float32", "seed": 3,
+                             "workers": ONE_WORKER}, "optuna.yaml")
     run = run_sweep(spec, tmp_path / "store", track=False, progress=False)
     assert len(run.trials) == 2 and all(t.agg and 2 <= dict(t.params)["k_max"] <= 20 for t in run.trials)
     assert all(isinstance(dict(t.params)["k_max"], int) for t in run.trials)
@@ -167,7 +171,8 @@ FIELD = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus", "slow_f
 def _two_trial_spec(name):
     return parse_sweep_spec({"model": "ripple-tiny", "tasks": {"arith": {"limit": 1}}, "decoder": name,
                              "search": "random", "num_samples": 2, "metric": "accuracy", "baseline": False,
-                             "gen_length": 48, "block_length": 16, "dtype": "float32", "seed": 5}, f"{name}.yaml")
+                             "gen_length": 48, "block_length": 16, "dtype": "float32", "seed": 5,
+                             "workers": ONE_WORKER}, f"{name}.yaml")
 
 
 @pytest.mark.parametrize("name", FIELD)
