@@ -8,6 +8,7 @@ subprocess starting its own Ray, as a user's would; the reference and the resume
 started in this process.
 """
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -90,10 +91,12 @@ def _wait_for_a_trial_sample(store: ResultStore, proc, timeout: float = 120) -> 
 
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_a_trial_stops_the_sweep_and_the_same_command_completes_it(request, tmp_path, capsys,
-                                                                                   signum, status):
+                                                                                   mlflow_db, signum, status):
     from mlflow.tracking import MlflowClient
 
     spec, store_dir = write_spec(tmp_path / "spec.yaml", SPEC), tmp_path / "store"
+    store_dir.mkdir()
+    shutil.copy(mlflow_db, store_dir / "mlflow.db")  # an empty MLflow store, migrated once per session
     store = ResultStore(store_dir, "stopped")
     proc = start_grid(str(spec), "--store", str(store_dir), command="sweep", stdout=subprocess.PIPE,
                       own_ray=True)  # its Ray is shut down: checked below
