@@ -43,16 +43,6 @@ def _evaluate(lm, tasks, include, limit, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def harness_task_objects(shared, tmp_path_factory):
-    """The harness's own task objects, without the session's `harness_tasks` prompts: `simple_evaluate`
-    builds the requests it runs, and building every doc's prompt (about 15 CPU seconds) serves only
-    test_harness_agreement.py."""
-    from tests.harness_tools import load_tasks
-
-    return load_tasks(shared / "data", tmp_path_factory.mktemp("harness-tasks"))
-
-
-@pytest.fixture(scope="module")
 def tiny():
     return load_model("ripple-tiny")
 
