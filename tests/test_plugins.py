@@ -59,8 +59,9 @@ class Env:
         writes there, logging and Ray included, is caught), and none pays the interpreter's start-up and
         imports again. The process starts after the plugin is installed, so it finds it as a fresh one would."""
         out = cwd / ".ripple-batch.json"
-        subprocess.run([self.python, "-c", _BATCH, str(out), json.dumps(lines)], cwd=cwd, env=self.env,
-                       timeout=timeout, check=True)
+        batch = subprocess.run([self.python, "-c", _BATCH, str(out), json.dumps(lines)], cwd=cwd, env=self.env,
+                               capture_output=True, text=True, timeout=timeout)
+        assert batch.returncode == 0, f"{lines}\n{batch.stdout[-2000:]}\n{batch.stderr[-3000:]}"
         done = json.loads(out.read_text())
         out.unlink()
         procs = [subprocess.CompletedProcess(self.argv(r["line"]), r["returncode"], r["stdout"], r["stderr"])
