@@ -32,13 +32,20 @@ def golden(shared) -> Path:
 
 
 @pytest.fixture(scope="session")
-def harness_tasks(shared, tmp_path_factory):
-    """lm-evaluation-harness's gsm8k, minerva_math500, humaneval and mbpp on ../shared/data, with
-    every test doc's plain prompt built (once per session: about 20 s)."""
-    from tests.harness_tools import load_tasks, prompts
+def harness_task_objects(shared, tmp_path_factory):
+    """lm-evaluation-harness's gsm8k, minerva_math500, humaneval and mbpp task objects on ../shared/data
+    (once per session); `simple_evaluate` builds the requests it runs itself."""
+    from tests.harness_tools import load_tasks
 
-    tasks = load_tasks(shared / "data", tmp_path_factory.mktemp("harness-tasks"))
-    return {name: (task, prompts(task)) for name, task in tasks.items()}
+    return load_tasks(shared / "data", tmp_path_factory.mktemp("harness-tasks"))
+
+
+@pytest.fixture(scope="session")
+def harness_tasks(harness_task_objects):
+    """The same tasks with every test doc's plain prompt built (once per session: about 15 CPU seconds)."""
+    from tests.harness_tools import prompts
+
+    return {name: (task, prompts(task)) for name, task in harness_task_objects.items()}
 
 
 @pytest.fixture(scope="session")

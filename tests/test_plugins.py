@@ -49,8 +49,65 @@ class Env:
     def run(self, line: str, cwd: Path, ok: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
         proc = subprocess.run(self.argv(line), cwd=cwd, env=self.env, capture_output=True, text=True, timeout=timeout)
         if ok:
-            assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+            _check(line, proc)
         return proc
+
+    def run_ripple(self, lines: list[str], cwd: Path, ok: bool = True,
+                   timeout: int = 900) -> list[subprocess.CompletedProcess]:
+        """`ripple` commands in order, in one process of this environment: each calls `ripple.cli.main`
+        with its own exit status and its own stdout and stderr (file descriptors 1 and 2, so whatever
+        writes there, logging and Ray included, is caught), and none pays the interpreter's start-up and
+        imports again. The process starts after the plugin is installed, so it finds it as a fresh one would."""
+        out = cwd / ".ripple-batch.json"
+        batch = subprocess.run([self.python, "-c", _BATCH, str(out), json.dumps(lines)], cwd=cwd, env=self.env,
+                               capture_output=True, text=True, timeout=timeout)
+        assert batch.returncode == 0, f"{lines}\n{batch.stdout[-2000:]}\n{batch.stderr[-3000:]}"
+        done = json.loads(out.read_text())
+        out.unlink()
+        procs = [subprocess.CompletedProcess(self.argv(r["line"]), r["returncode"], r["stdout"], r["stderr"])
+                 for r in done]
+        assert [p.args for p in procs] == [self.argv(line) for line in lines]
+        for line, proc in zip(lines, procs):
+            if ok:
+                _check(line, proc)
+        return procs
+
+
+def _check(line: str, proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, f"{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+
+
+# `Env.run_ripple`'s process: argv[1] is where the results go, argv[2] the command lines (JSON).
+_BATCH = """
+import json, os, shlex, sys, tempfile, traceback
+from ripple.cli import main
+done = []
+for line in json.loads(sys.argv[2]):
+    words = shlex.split(line)
+    assert words[0] == "ripple", line
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush(); sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1); os.dup2(err.fileno(), 2)
+        try:
+            try:
+                code = main(words[1:])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush(); sys.stderr.flush()
+        finally:
+            os.dup2(saved[0], 1); os.dup2(saved[1], 2); os.close(saved[0]); os.close(saved[1])
+        text = []
+        for f in (out, err):
+            f.seek(0)
+            text.append(f.read().decode("utf-8", "replace"))
+    done.append({"line": line, "returncode": code, "stdout": text[0], "stderr": text[1]})
+with open(sys.argv[1], "w") as f:
+    json.dump(done, f)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -62,28 +119,38 @@ def env():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_guide(guide: Path, env: Env, folder: Path) -> dict[str, subprocess.CompletedProcess]:
-    """Write the guide's files and run its commands in order, as a reader would; command -> result."""
+def run_guide(guide: Path, env: Env, folder: Path, then: tuple[str, ...] = ()) -> dict[str, subprocess.CompletedProcess]:
+    """Write the guide's files and run its commands in order, as a reader would, then the test's own
+    `then` commands; command -> result. A run of `ripple` commands with no other command between them
+    shares one process (`Env.run_ripple`); the guide's files are written first, since no command
+    reads or writes them but the ones that name them."""
     folder.mkdir(parents=True)
-    results = {}
+    lines = []
     for lang, name, body in BLOCK.findall(guide.read_text()):
         if name:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text(body)
         elif lang == "sh":
-            for line in body.splitlines():
-                if line.strip():
-                    results[line] = env.run(line, folder)
+            lines += [line for line in body.splitlines() if line.strip()]
+    results, pending = {}, []
+    for line in [*lines, *then, None]:
+        if line is not None and line.split()[0] == "ripple":
+            pending.append(line)
+            continue
+        results.update(zip(pending, env.run_ripple(pending, folder)) if pending else ())
+        pending = []
+        if line is not None:
+            results[line] = env.run(line, folder)
     return results
 
 
 def test_the_decoder_guide_from_an_empty_folder_to_a_leaderboard_row(env):
     folder = env.root / "decoder-guide"
-    done = run_guide(DOCS / "adding-a-decoder.md", env, folder)
+    done = run_guide(DOCS / "adding-a-decoder.md", env, folder, then=("ripple decoders --json",))
+    listed = done.pop("ripple decoders --json")
     out = {line.split()[0] + " " + line.split()[1]: r.stdout for line, r in done.items()}
     try:
         assert "1 passed" in out["python -m"]  # the plugin's own suite, on ripple.testing's checks
-        listed = env.run("ripple decoders --json", folder)
         row = next(r for r in json.loads(listed.stdout) if r["decoder"] == "lowest_entropy")
         assert row["provider"] == "ripple-lowest-entropy==0.1.0"
         assert row["hyperparameters"] == [{"name": "max_entropy", "default": 0.5, "accepted": "float in [0.0, inf]",
@@ -152,16 +219,18 @@ def test_broken_plugins_are_refused_in_one_line_and_break_nothing_else(env):
     dists = [_distribution(folder, kind, entry, source) for kind, (entry, source, _) in BROKEN.items()]
     env.run("pip install --no-deps --no-build-isolation " + " ".join(map(str, dists)), folder)
     generate = "ripple generate --model ripple-tiny --prompt 1+1= --gen-length 16 --block-length 8 --decoder "
+    refused_kinds = [kind for kind in BROKEN if kind != "collision"]
     try:
-        for kind, (entry, _, reason) in BROKEN.items():
-            if kind == "collision":
-                continue
-            proc = env.run(generate + entry, folder, ok=False)
+        *procs, rps, listed = env.run_ripple([*(generate + BROKEN[kind][0] for kind in refused_kinds), generate + "rps",
+                                              "ripple decoders --json"], folder, ok=False)
+        for kind, proc in zip(refused_kinds, procs):
+            reason = BROKEN[kind][2]
             assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
             assert f"ripple-broken-{kind} 1.0" in proc.stderr and reason in proc.stderr, proc.stderr
-        rps = env.run(generate + "rps", folder)  # the built-in wins the collision and everything else works
+        # the built-in wins the collision and everything else works
+        assert rps.returncode == 0 and listed.returncode == 0, (rps.stderr[-3000:], listed.stderr[-3000:])
         assert rps.stderr.count("warning") <= 1 and "-- nfe" in rps.stderr, rps.stderr
-        listed = json.loads(env.run("ripple decoders --json", folder).stdout)
+        listed = json.loads(listed.stdout)
         assert next(r for r in listed if r["decoder"] == "rps" and "refused" not in r)["provider"] == "built-in"
         refused = {r["decoder"]: r for r in listed if "refused" in r}
         assert set(refused) == {"bad_import", "not_a_decoder", "bad_params", "rps"}

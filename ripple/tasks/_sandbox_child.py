@@ -35,7 +35,7 @@ PRIVATE = ("/var/tmp", "/dev/shm", "/tmp")  # the directories the run's tmpfs re
 def main():
     cfg = json.loads(sys.stdin.buffer.readline())
     source = sys.stdin.buffer.read().decode("utf-8", "replace")
-    # The stdlib may be unreadable once privileges are dropped: import now what runs after.
+    # What the prelude disarms, imported before the drop (and any module named in `preload`).
     for name in (*cfg["preload"], "posix", "shutil", "subprocess"):
         try:
             __import__(name)

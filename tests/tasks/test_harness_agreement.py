@@ -20,6 +20,14 @@ def ripple_examples(shared):
     return {name: get_task(ours, data_dir=shared / "data").examples() for name, ours in HARNESS_TASKS.items()}
 
 
+@pytest.fixture(scope="module")
+def tokenizer():
+    """ripple-tiny's tokenizer with `TEMPLATE` (no test changes it)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(EMBEDDED["ripple-tiny"]))
+    tokenizer.chat_template = TEMPLATE
+    return tokenizer
+
+
 def test_the_harness_is_the_pinned_release():
     from importlib.metadata import version
 
@@ -37,12 +45,14 @@ def test_every_prompt_equals_the_harness(name, harness_tasks, ripple_examples):
 
 @pytest.mark.parametrize("form", ["multiturn", "singleturn"])
 @pytest.mark.parametrize("name", list(HARNESS_TASKS))
-def test_both_chat_forms_equal_the_harness(name, form, harness_tasks, ripple_examples):
-    tokenizer = AutoTokenizer.from_pretrained(str(EMBEDDED["ripple-tiny"]))
-    tokenizer.chat_template = TEMPLATE
+def test_both_chat_forms_equal_the_harness(name, form, harness_tasks, ripple_examples, tokenizer):
     task, _ = harness_tasks[name]
-    theirs = prompts(task, limit=12, apply_chat_template=True, fewshot_as_multiturn=form == "multiturn",
-                     chat_template=hf_chat_template(tokenizer))
+    every = task._instances  # the session's plain requests, put back for the scoring tests (no rebuild)
+    try:
+        theirs = prompts(task, limit=12, apply_chat_template=True, fewshot_as_multiturn=form == "multiturn",
+                         chat_template=hf_chat_template(tokenizer))
+    finally:
+        task._instances = every
     ours = [chat_text(tokenizer, chat_messages(ex, form)) for ex in ripple_examples[name][:12]]
     assert [theirs[i] for i in range(12)] == ours
     turns = ours[0].count("<|user|>")

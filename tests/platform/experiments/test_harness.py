@@ -48,10 +48,10 @@ def tiny():
 
 
 @pytest.mark.slow
-def test_the_harness_and_ripple_eval_agree_problem_by_problem(harness_tasks, include, tiny, shared):
+def test_the_harness_and_ripple_eval_agree_problem_by_problem(harness_task_objects, include, tiny, shared):
     args = "pretrained=ripple-tiny,decoder=confidence,tau=0.5," + ",".join(f"{k}={v}" for k, v in SETTINGS.items())
     counts = {"gsm8k": 1, "minerva_math500": 1, "humaneval": 2, "mbpp": 1}
-    out = _evaluate("ripple", [harness_tasks[name][0] for name in counts], include, None, model_args=args,
+    out = _evaluate("ripple", [harness_task_objects[name] for name in counts], include, None, model_args=args,
                     samples={name: list(range(n)) for name, n in counts.items()})
     decoder, config = build("confidence", {"tau": "0.5"}), GenerationConfig(**SETTINGS)
     compared = 0
@@ -72,11 +72,11 @@ def test_the_harness_and_ripple_eval_agree_problem_by_problem(harness_tasks, inc
 
 
 @pytest.mark.slow
-def test_every_decoder_runs_through_the_harness_with_nfe_and_tpf_logged(harness_tasks, include):
+def test_every_decoder_runs_through_the_harness_with_nfe_and_tpf_logged(harness_task_objects, include):
     for name in decoders_for("mask"):
         data = {"filter": FILTERS[8]} if name == "learn2pd" else {}  # a learned decoder reads its filter
         lm = RippleLM(pretrained="ripple-tiny", decoder=name, gen_length=8, block_length=8, cache="none", **data)
-        out = _evaluate(lm, [harness_tasks["humaneval"][0]], include, 1)
+        out = _evaluate(lm, [harness_task_objects["humaneval"]], include, 1)
         (sample,) = out["samples"]["humaneval"]
         stats = sample["arguments"][0][1]["ripple"]
         assert stats["nfe"] >= 1 and stats["tpf"] == stats["generated_tokens"] / stats["nfe"], name
