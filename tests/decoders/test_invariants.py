@@ -227,7 +227,7 @@ def tiny(request, golden):
 def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
     """Every decoder with every cache policy on every family's golden checkpoint (ripple.testing). Two
     blocks of 4 (the prompts' tails in the first on the block-causal families): every rule and cache
-    crosses a block boundary at half the forwards of two blocks of 8."""
+    crosses a block boundary at about half the forwards of two blocks of 8."""
     check_decoder_on_model(lambda: decoder(name, settings, block_length=4), tiny, caches=[cache], gen_length=8,
                            block_length=4)
 
