@@ -91,15 +91,21 @@ class ScriptedModel:
         rows = range(T) if logits_rows is None else [int(r) for r in logits_rows]
         self.logits_rows.append(len(rows))
         out = torch.empty(B, len(rows), self.vocab_size)
+        # plain lists: reading a tensor element by element costs far more than the script itself
         for b in range(B):
+            keys = list(zip(key_pos[b].tolist(), key_tok[b].tolist()))  # (position, token) per key
+            query_pos = positions[b].tolist()
+            if attn_mask is None:
+                every = tuple(sorted(keys))  # every query sees every key
+            else:
+                vis_rows = attn_mask[b, 0]  # [T, S]
+                vis_rows = (vis_rows if vis_rows.dtype == torch.bool else vis_rows == 0).tolist()
             for j, q in enumerate(rows):
                 if attn_mask is None:
-                    vis = torch.ones(key_tok.shape[1], dtype=torch.bool)
+                    seen = every
                 else:
-                    vis = attn_mask[b, 0, q]
-                    vis = vis if vis.dtype == torch.bool else vis == 0
-                seen = tuple(sorted((int(p), int(t)) for p, t, v in zip(key_pos[b], key_tok[b], vis) if v))
-                out[b, j] = self.script(int(positions[b, q]), seen)
+                    seen = tuple(sorted(k for k, v in zip(keys, vis_rows[q]) if v))
+                out[b, j] = self.script(query_pos[q], seen)
         cache = TokenCache(tokens.clone(), positions.clone()) if return_kv else None
         return _Out(out, cache)
 

@@ -119,7 +119,8 @@ def test_editing_invariants_on_llada2_tiny(llada2, name, settings):
             model = Counted(llada2.model)
             return Engine(model, mask_id=llada2.mask_id, eos_ids=llada2.eos_ids, pad_id=llada2.pad_id), model
 
-        cfg = GenerationConfig(gen_length=16, block_length=L, cache=cache)
+        # one block's worth of response: after each prompt's tail (6 and 3 tokens) it spans two blocks
+        cfg = GenerationConfig(gen_length=L, block_length=L, cache=cache)
         singles = []
         for p in prompts:
             eng, model = engine()

@@ -225,8 +225,11 @@ def tiny(request, golden):
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("name,settings", TINY_DECODERS)
 def test_invariants_on_the_tiny_models(tiny, name, settings, cache):
-    """Every decoder with every cache policy on every family's golden checkpoint (ripple.testing)."""
-    check_decoder_on_model(lambda: decoder(name, settings, block_length=8), tiny, caches=[cache])
+    """Every decoder with every cache policy on every family's golden checkpoint (ripple.testing). Two
+    blocks of 4 (the prompts' tails in the first on the block-causal families): every rule and cache
+    crosses a block boundary at about half the forwards of two blocks of 8."""
+    check_decoder_on_model(lambda: decoder(name, settings, block_length=4), tiny, caches=[cache], gen_length=8,
+                           block_length=4)
 
 
 # decoders that follow a reference (the oracle; a plugin's too), each built following a registered decoder
@@ -272,5 +275,5 @@ def test_renoising_invariants(gemma, name, settings, cache):
     """Every renoising decoder on diffusion-gemma-tiny: no canvas holds a mask id (the family has none:
     every token is a vocabulary id), a canvas ends within the decoder's bound of forwards, NFE equals the
     model calls made (decoder forwards and encoder passes), a seed decides the tokens, and a batch with
-    other seeds equals single runs."""
-    check_renoising_decoder(lambda: decoder(name, settings), gemma, caches=[cache])
+    other seeds equals single runs. Two canvases of 4: the second reads the first through the encoder."""
+    check_renoising_decoder(lambda: decoder(name, settings), gemma, caches=[cache], gen_length=8)

@@ -50,7 +50,10 @@ def _prompts(bd):
 @pytest.mark.parametrize("cache", CACHES)
 def test_every_decoder_and_cache_keeps_the_invariants_on_ripple_tiny_bd(bd, cache):
     prompts = _prompts(bd)
-    cfg = GenerationConfig(gen_length=32, block_length=L, cache=cache)
+    # one block's worth of response: with each prompt's tail it spans two blocks (the prompts are not
+    # block-aligned), so every rule and cache still crosses a block boundary
+    cfg = GenerationConfig(gen_length=L, block_length=L, cache=cache)
+    assert all(len(p) % L for p in prompts)
     settings = list(dict.fromkeys((n, tuple(s.items())) for n, s in TINY_DECODERS + EDITING))
     assert {n for n, _ in settings} == set(decoders_for("mask"))  # every decoder of mask families
     for name, items in settings:
@@ -66,10 +69,10 @@ def test_every_decoder_and_cache_keeps_the_invariants_on_ripple_tiny_bd(bd, cach
             if "edit_tau" in s:
                 check_editing(out, events, own, block_length=L, lead=lead, mask=bd.mask_id,
                               max_post=int(s["max_post_steps"]))
-            else:
+            else:  # `cut`: a decoder that cuts the canvas (learn2pd's EoT)
                 check_invariants(out, events, own, blocks=None, block_length=L, shift=0, mask=bd.mask_id,
-                                 lead=lead, max_blocks=-(-(len(p) + 32) // L) - len(p) // L, eos=bd.eos_ids,
-                                 cut=len(out.tokens) < 32)  # a decoder that cuts the canvas (learn2pd's EoT)
+                                 lead=lead, max_blocks=-(-(len(p) + cfg.gen_length) // L) - len(p) // L,
+                                 eos=bd.eos_ids, cut=len(out.tokens) < cfg.gen_length)
             singles.append(out)
         batch = Engine(bd.model, mask_id=bd.mask_id, eos_ids=bd.eos_ids, pad_id=bd.pad_id).generate(
             prompts, decoder(name, s, block_length=L), cfg)

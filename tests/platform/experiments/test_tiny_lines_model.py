@@ -64,5 +64,5 @@ def test_every_decoder_and_cache_keeps_the_invariants(lines_model, cache):
                for t in ("lines/shuffle", "lines/insert_random")]
     assert {n for n, _ in TINY_DECODERS} == set(decoders_for("mask"))
     for name, settings in TINY_DECODERS:
-        check_decoder_on_model(lambda: decoder(name, settings, block_length=8), lines_model, caches=[cache],
-                               prompts=prompts)
+        check_decoder_on_model(lambda: decoder(name, settings, block_length=4), lines_model, caches=[cache],
+                               prompts=prompts, gen_length=8, block_length=4)  # two blocks: a boundary crossed
