@@ -624,12 +624,13 @@ class SpecParser:
         is every registered decoder of mask families at its defaults, in display order; so is an entry
         `all` in a list (then further entries add settings). Renoising decoders (uniform-noise
         families such as DiffusionGemma) are named, never implied by `all`, and so are learned decoders
-        (`Scheduler.learned`: they need a filter for the model and block length). A spec built in Python may
+        (`Scheduler.learned`: they need a filter for the model and block length) and decoders with a second model
+        (a hyperparameter made with `params.auxiliary`: APD's verifier, named per model). A spec built in Python may
         also name a decoder by a Scheduler subclass or instance of the caller's own (its params are
         an instance's own, under the entry's `params`)."""
         from ...decoders import Scheduler, decoders_for, get
 
-        every = [n for n in decoders_for("mask") if not get(n).learned]
+        every = [n for n in decoders_for("mask") if not (get(n).learned or get(n).Params.auxiliary_fields())]
         if value == "all":
             value = every
         entries = [e for entry in self.as_list(value, "decoders")
@@ -704,12 +705,12 @@ class SpecParser:
         return out
 
     def caches(self, value: Any) -> list[str]:
-        from ...decoders import CACHE_POLICIES
+        from ...decoders import CACHE_NAMES
 
         caches = self.strings(value, "caches")
         for cache in caches:
-            if cache not in CACHE_POLICIES:
-                raise self.fail(f"unknown cache policy {cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
+            if cache not in CACHE_NAMES:
+                raise self.fail(f"unknown cache policy {cache!r}; accepted: {', '.join(CACHE_NAMES)}")
         return caches
 
     def decoder_caches(self, decoder: str | type, caches: list[str]) -> None:

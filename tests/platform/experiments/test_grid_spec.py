@@ -44,7 +44,8 @@ def test_shipped_specs_have_the_issue_contents():
     field = load_spec("field")  # every mask decoder beside the oracle, both embedded models, 200 per cell (issue 59)
     assert set(FIELD_DECODERS + DEMO_DECODERS + ["topk", "oracle"]) <= {c.decoder for c in field.cells}
     # learned decoders (learn2pd) read a filter trained for a model and block length: their own grid runs them
-    unlearned = [n for n in decoders_for("mask") if not get(n).learned]
+    # (and so does apd, whose verifier is named per model: `ripple grid apd`)
+    unlearned = [n for n in decoders_for("mask") if not (get(n).learned or get(n).Params.auxiliary_fields())]
     assert {c.decoder for c in field.cells} == set(unlearned)
     assert {(c.model, c.task) for c in field.cells} == {(m, t) for m in models for t in ("arith", "pyfunc", "freefunc")}
     assert len(field.cells) == 6 * len(unlearned) and {c.limit for c in field.cells} == {200}
@@ -96,7 +97,7 @@ def test_shipped_specs_have_the_issue_contents():
     assert {(c.gen_length, c.block_length, c.limit) for c in lines.cells} == {(32, 32, 200)}
     # every decoder but the learned ones, which read a filter trained for the model (issue 57's `learned` grid)
     learned = {n for n in decoders_for("mask") if get(n).learned}
-    assert learned == {"learn2pd"} and set(decoders_for("mask")) - learned <= {c.decoder for c in lines.cells}
+    assert learned == {"learn2pd"} and set(decoders_for("mask", "none")) - learned <= {c.decoder for c in lines.cells}
     topk = {(dict(c.params)["rank"], dict(c.params)["k"]) for c in lines.cells if c.decoder == "topk"}
     assert topk == {(r, k) for r in ("confidence", "margin", "entropy", "random") for k in (1, 2, 4, 8)}
     conf = {(dict(c.params)["tau"], dict(c.params)["factor"]) for c in lines.cells if c.decoder == "confidence"}
