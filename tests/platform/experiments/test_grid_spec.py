@@ -19,7 +19,7 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "field-lines", "kv-cache",
+    assert shipped_specs() == ["apd", "demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "field-lines", "kv-cache",
                               "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines",
                               "paper-table1", "parallelbench", "rps-ablation", "rps-carry", "rps-carry-lines",
                               "rps-tiny", "sdar", "tiny-bd"]
@@ -30,6 +30,16 @@ def test_every_shipped_spec_validates():
 
 
 def test_shipped_specs_have_the_issue_contents():
+    apd = load_spec("apd")  # issue 58: APD with ripple-tiny-ar beside default, confidence, rps and the oracle
+    assert {(c.model, c.task, c.limit, c.gen_length) for c in apd.cells} == {
+        ("ripple-tiny", t, 200, 48) for t in ("arith", "pyfunc", "freefunc")}
+    assert {(c.decoder, c.block_length, c.cache) for c in apd.cells} == {
+        ("default", 16, "none"), ("confidence", 16, "none"), ("rps", 16, "none"), ("oracle", 16, "none"),
+        ("apd", 48, "sliding")}  # APD: one block, its own cache policy
+    settings = {(dict(c.params)["mixture"], dict(c.params)["max_lookahead"]) for c in apd.cells if c.decoder == "apd"}
+    assert settings == {(r, m) for r in (0.5, 0.7, 0.9) for m in (4, 16)}
+    assert {(dict(c.params)["verifier"], dict(c.params)["temperature"]) for c in apd.cells if c.decoder == "apd"} == {
+        ("ripple-tiny-ar", 0.0)}
     demo = load_spec("demo")
     models = {"ripple-tiny", "ripple-tiny-bd"}
     assert {c.model for c in demo.cells} == models and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
