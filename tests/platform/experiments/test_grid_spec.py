@@ -262,7 +262,7 @@ def test_malformed_spec_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, 
 def test_missing_and_unreadable_spec_files(tmp_path, capsys):
     assert main(["grid", str(tmp_path / "nope.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, demo-lines, diffusion-gemma, fast-dllm-v2, field, field-lines, kv-cache" in err
+    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: apd, demo, demo-lines, diffusion-gemma, fast-dllm-v2, field, field-lines, kv-cache" in err
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     assert main(["grid", str(tmp_path / "binary.yaml")]) == 2
     err = capsys.readouterr().err
@@ -478,6 +478,28 @@ def test_a_task_may_set_its_own_lengths():
         parse_spec({**base, "tasks": {"arith": {"block_lengths": [32]}}}, "t")
     with pytest.raises(RippleError, match="tasks.arith.gen_lengths"):
         parse_spec({**base, "tasks": {"arith": {"gen_lengths": [0]}}}, "t")
+
+
+def test_a_decoder_entry_may_set_its_own_caches_and_block_lengths():
+    """A decoder entry's `caches` and `block_lengths` replace the grid's for its cells only (APD runs under its own
+    cache policy as one block beside decoders of blocks and block caches); each checked like the grid's."""
+    base = {"models": ["ripple-tiny"], "tasks": ["arith"], "gen_lengths": [48], "block_lengths": [16]}
+    spec = parse_spec({**base, "decoders": ["default", {"name": "confidence", "caches": ["prefix", "dual"],
+                                                         "block_lengths": [48, 8]}]}, "t")
+    assert sorted((c.decoder, c.block_length, c.cache) for c in spec.cells) == [
+        ("confidence", 8, "dual"), ("confidence", 8, "prefix"), ("confidence", 48, "dual"), ("confidence", 48, "prefix"),
+        ("default", 16, "none")]
+    plain = parse_spec({**base, "decoders": ["default"]}, "t")
+    assert [c.cell_id for c in spec.cells if c.decoder == "default"] == [c.cell_id for c in plain.cells]
+    with pytest.raises(RippleError, match=r"decoder 'default' does not support cache 'sliding'; supported: none, "
+                                          r"prefix, dual$"):
+        parse_spec({**base, "decoders": [{"name": "default", "caches": ["sliding"]}]}, "t")
+    with pytest.raises(RippleError, match="unknown cache policy 'paged'; accepted: none, prefix, dual, sliding$"):
+        parse_spec({**base, "decoders": [{"name": "default", "caches": ["paged"]}]}, "t")
+    with pytest.raises(RippleError, match="gen_length 48 is not divisible by block_length 32"):
+        parse_spec({**base, "decoders": [{"name": "default", "block_lengths": [32]}]}, "t")
+    with pytest.raises(RippleError, match="decoders.default.block_lengths"):
+        parse_spec({**base, "decoders": [{"name": "default", "block_lengths": [0]}]}, "t")
 
 
 def test_the_parallelbench_grid_plans_its_sweep(capsys):
