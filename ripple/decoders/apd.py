@@ -54,6 +54,7 @@ class APD(Scheduler):
     # the row before the first mask is always in the window: no opening commit on a shifted family
     decides_first_position = True
     cuts_canvas = True  # the response ends after the step that commits an end-of-sequence id
+    own_geometry = True  # one block under `sliding`: compared with default and the oracle at their blocks
 
     def __init__(self, params: HyperParams | None = None):
         super().__init__(params)

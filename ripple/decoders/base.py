@@ -339,6 +339,10 @@ class Scheduler(ABC):
     # decides with a model trained on this model's decoding (a learned filter for one block length): it runs
     # only where such a file exists, so a grid's `decoders: all` leaves it out (name it, with its file)
     learned: ClassVar[bool] = False
+    # decodes the response as one block under a cache policy of its own (APD): block length and cache are no
+    # choice of its cells, which compare with the default and oracle cells of the same model, task and other
+    # settings whatever their block and cache (a grid's speedup and NFE / oracle)
+    own_geometry: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
     # the kind of family this decoder decodes (ripple/platform/runtime/models/family.py NOISES): "mask"

@@ -176,3 +176,22 @@ def test_ripple_generate_refuses_in_one_line(capsys, golden, tmp_path):
     ar = write_verifier(tmp_path / "ar", golden)  # on ripple-tiny's vocabulary, which ripple-tiny-bd shares
     _refused(capsys, [*base, "--model", "ripple-tiny-bd", "--set", f"verifier={ar}"],
              "decoder 'apd' decodes the dream, llada families; this model is llada2_moe")
+
+
+def test_apd_cells_compare_with_default_and_the_oracle_at_their_blocks(golden, tmp_path):
+    """APD's block and cache are its own (`own_geometry`): its cells take the speedup baseline and NFE / oracle of
+    the default and oracle cells with the same other settings; a block decoder at another block gets none."""
+    from ripple.platform.experiments.metrics import baseline_ids, oracle_ids
+    from ripple.platform.experiments.spec import parse_spec
+
+    ar = str(write_verifier(tmp_path / "ar", golden))
+    spec = parse_spec({"models": ["ripple-tiny"], "tasks": ["arith", "pyfunc"], "gen_lengths": [48], "block_lengths": [16],
+                       "decoders": ["default", "oracle", {"name": "apd", "params": {"verifier": ar},
+                                                          "caches": ["sliding"], "block_lengths": [48]},
+                                    {"name": "confidence", "block_lengths": [48]}]}, "t")
+    cells = {c.cell_id: c for c in spec.cells}
+    bases, oracles = baseline_ids(cells), oracle_ids(cells)
+    of = {(c.decoder, c.task): c.cell_id for c in spec.cells}
+    for task in ("arith", "pyfunc"):
+        assert bases[of["apd", task]] == of["default", task] and oracles[of["apd", task]] == of["oracle", task]
+        assert bases[of["confidence", task]] is None and oracles[of["confidence", task]] is None

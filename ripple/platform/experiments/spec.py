@@ -154,6 +154,20 @@ class Cell(DecodeSettings):
         """Cells sharing this key are compared with the same Default cell (speedup)."""
         return (self.model, self.task, *self.decode_settings().values())
 
+    def loose_key(self) -> tuple | None:
+        """`baseline_key` without block length and cache, for a cell whose decoder has them of its own
+        (`Scheduler.own_geometry`, APD), which is compared with the default and oracle cells this key finds
+        when none shares its full key; None for the others."""
+        known = self._known_params() is not None
+        if not (known and self.decoder_class.own_geometry):
+            return None
+        return self.geometry_free_key()
+
+    def geometry_free_key(self) -> tuple:
+        """`baseline_key` without block length and cache."""
+        settings = {k: v for k, v in self.decode_settings().items() if k not in ("block_length", "cache")}
+        return (self.model, self.task, *settings.values())
+
     def label(self) -> str:
         """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)` (every stored
         hyperparameter for a decoder no longer registered: there are no defaults to compare with)."""
