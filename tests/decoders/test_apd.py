@@ -195,3 +195,16 @@ def test_apd_cells_compare_with_default_and_the_oracle_at_their_blocks(golden, t
     for task in ("arith", "pyfunc"):
         assert bases[of["apd", task]] == of["default", task] and oracles[of["apd", task]] == of["oracle", task]
         assert bases[of["confidence", task]] is None and oracles[of["confidence", task]] is None
+
+
+def test_without_a_block_length_apd_decodes_the_response_as_one_block(golden, dream):
+    """`ripple.generate` (and the CLI) take the block to be the response for apd when none is given, and run
+    `sliding`, its cache; the result is the engine's at block = gen_length."""
+    import ripple
+
+    case = next(c for c in _cases(golden) if c["effective"]["temperature"] == 0.0)
+    out = ripple.generate(str(golden / "dream-tiny"), case["prompt"], "apd", gen_length=case["gen_length"],
+                          dtype="float32", verifier=str(golden / "qwen2-verifier-tiny"), mixture=case["R"],
+                          kv_window=case["W"], max_lookahead=case["M"], temperature=0.0)
+    assert list(out.tokens) == case["response"] and (out.nfe, out.verifier_nfe) == (case["nfe_dllm"],
+                                                                                   case["nfe_verifier"])
