@@ -163,7 +163,8 @@ def test_ripple_generate_refuses_in_one_line(capsys, golden, tmp_path):
     for cache in ("none", "prefix", "dual"):
         _refused(capsys, [*on_dream, "--cache", cache], f"does not support cache '{cache}'; supported: sliding")
     for setting, shown, accepted in (
-            ("mixture=1.5", "mixture=1.5", "float in [0.0, 1.0]"), ("mixture=-0.1", "mixture=-0.1", "float in [0.0, 1.0]"),
+            ("mixture=1.5", "mixture=1.5", "float in [0.0, 1.0]"),
+            ("mixture=-0.1", "mixture=-0.1", "float in [0.0, 1.0]"),
             ("kv_window=0", "kv_window=0", "int in [1, inf]"), ("max_lookahead=0", "max_lookahead=0", "int in [1, inf]"),
             ("top_p=0", "top_p=0.0", "float in (0.0, 1.0]"), ("top_p=1.2", "top_p=1.2", "float in (0.0, 1.0]"),
             ("temperature=-0.5", "temperature=-0.5", "float in [0.0, inf]"), ("top_k=-1", "top_k=-1", "int in [0, inf]")):

@@ -7,8 +7,8 @@ With the block [bs, be) and a forward's canvas [0, extent), a step's forward rec
   sliding -> [c - W + 1, first mask + M)  one row's own keys before it, stale (sliding.py; APD's decoder only)
 A policy is orthogonal to the decoder: it owns its windows and the keys it keeps (base.py), the
 run's block loop asks it (ripple/platform/runtime/engine.py). A new policy is one more module
-here and one more entry in POLICIES (and its name in ripple/decoders/base.py's CACHE_NAMES; CACHE_POLICIES too if every block
-decoder runs under it).
+here and one more entry in POLICIES (and its name in ripple/decoders/base.py's CACHE_NAMES; in
+CACHE_POLICIES too if every block decoder runs under it).
 """
 from __future__ import annotations
 
