@@ -79,6 +79,9 @@ class APD(Scheduler):
         if shape.block_length != shape.gen_length:
             raise RippleError(f"decoder 'apd' decodes the response as one block (APD has no blocks): set "
                               f"block_length to gen_length ({shape.gen_length}), got {shape.block_length}")
+        if set(shape.n_blocks) != {1}:
+            raise RippleError("decoder 'apd' decodes the response as one block: blocks aligned to position 0 "
+                              "split it here (use block_align response)")
         verifier = shape.models.get("verifier")
         if verifier is None:
             raise RippleError("decoder 'apd' needs a verifier: set verifier=<a causal LM's folder, hub id or "

@@ -11,6 +11,7 @@ import torch
 
 from ripple.cli import main
 from ripple.decoders.apd import APD, APDParams
+from ripple.errors import RippleError
 from ripple.platform.runtime.causal import next_token_logits
 from ripple.platform.runtime.engine import Engine, GenerationConfig
 from ripple.platform.runtime.loading import EMBEDDED, load_causal, load_model
@@ -209,3 +210,14 @@ def test_without_a_block_length_apd_decodes_the_response_as_one_block(golden, dr
                           kv_window=case["W"], max_lookahead=case["M"], temperature=0.0)
     assert list(out.tokens) == case["response"] and (out.nfe, out.verifier_nfe) == (case["nfe_dllm"],
                                                                                    case["nfe_verifier"])
+
+
+def test_blocks_aligned_to_position_0_that_split_the_response_are_refused(golden, dream):
+    engine, verifier = dream
+    case = _cases(golden)[0]  # a prompt of 12: blocks aligned to 0 put its tail in the response's first block
+    G = case["gen_length"]
+    engine.model.calls.clear()
+    verifier.calls.clear()
+    with pytest.raises(RippleError, match="^decoder 'apd' decodes the response as one block: blocks aligned"):
+        engine.generate([case["prompt"]], APD(_params(case)), GenerationConfig(G, G, "sliding", block_align="absolute"))
+    assert engine.model.calls == [] and verifier.calls == []  # before any forward

@@ -217,11 +217,9 @@ class Engine:
 
     @classmethod
     def from_loaded(cls, lm) -> "Engine":
-        from .models import get_family
-
         return cls(lm.model, mask_id=lm.mask_id, eos_ids=lm.eos_ids, pad_id=lm.pad_id,
                    max_positions=lm.max_positions, device=lm.device, model_dir=str(lm.path),
-                   family=get_family(lm.model_type).name)
+                   family=lm.model_type)  # (a loaded model's model_type is its family's name)
 
     # ------------------------------------------------------------------ generate
     @torch.inference_mode()
