@@ -184,10 +184,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    "eval, e.g. 32 for ParallelBench's waiting line; else the model's generation_config.json, else 48)")
     p.add_argument("--block-length", type=int, default=None, help="positions per block (default: the response "
                    "for a task with its own length; else the model's generation_config.json, else 16)")
-    p.add_argument("--cache", default=None, help="KV cache policy: none, prefix, dual (default: the decoder's, "
-                   "none for mask decoders, prefix for renoise)")
+    p.add_argument("--cache", default=None, help="KV cache policy: none, prefix, dual, sliding (apd's window) "
+                   "(default: the decoder's: none for mask decoders, sliding for apd, prefix for renoise)")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of each sample's random generator (decoders that draw: renoise, topk's rank=random); "
+                   help="seed of each sample's random generator (decoders that draw: renoise, topk's rank=random, apd at "
+                        "temperature > 0); "
                         "default 0. "
                         "eval derives each example's seed from it and the example id, as grids do")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")

@@ -6,7 +6,8 @@ Every module of this package is imported here, and a decoder registers itself wi
 import importlib
 import pkgutil
 
-from .base import BlockState, Commit, Lookahead, Plan, Resolution, RunShape, Scheduler, CACHE_POLICIES  # noqa: F401
+from .base import (  # noqa: F401
+    BlockState, Commit, Lookahead, Plan, Resolution, RunShape, Scheduler, CACHE_NAMES, CACHE_POLICIES)
 from .registry import (  # noqa: F401
     DEFAULT_DECODER, build, check_noise, decoders_for, default_decoder, get, is_registered, label, names, register)
 

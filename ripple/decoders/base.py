@@ -101,7 +101,10 @@ from ..errors import RippleError
 from ..lazy import torch
 from .params import HyperParams
 
-CACHE_POLICIES = ("none", "prefix", "dual")
+CACHE_POLICIES = ("none", "prefix", "dual")  # the block caches: any block decoder runs under each
+# every policy's name (ripple/platform/runtime/caches/): the block caches, then `sliding` (APD's sliding KV
+# window, which reads `horizon` and `kv_window`), for decoders that list it in `supported_caches` only
+CACHE_NAMES = CACHE_POLICIES + ("sliding",)
 
 
 def no_positions() -> torch.Tensor:
@@ -174,6 +177,7 @@ class RunShape:
     weights: str | None = None
     # the models this configuration declared beside the dLLM (`Scheduler.auxiliary_models`), by role
     models: dict[str, Any] = field(default_factory=dict)
+    family: str = ""  # the model's family (ripple/platform/runtime/models/family.py), for decoders made for some
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,9 @@ class BlockState:
         # the models the decoder declared beside the dLLM (`Scheduler.auxiliary_models`), by role; each call
         # of one counts a forward of that role for this sample, apart from NFE. Empty for the others
         self.models: dict[str, Any] = {}
+        # the sample's tokens before the block (its prompt and earlier blocks, no padding) [P]: a view; what
+        # a decoder's own model reads as context (APD's verifier)
+        self.context: torch.Tensor = tokens[:0]
         self._logits = logits
         self._probs: torch.Tensor | None = None
         self._shadow: torch.Tensor | None = None
@@ -332,6 +339,10 @@ class Scheduler(ABC):
     # decides with a model trained on this model's decoding (a learned filter for one block length): it runs
     # only where such a file exists, so a grid's `decoders: all` leaves it out (name it, with its file)
     learned: ClassVar[bool] = False
+    # decodes the response as one block under a cache policy of its own (APD): block length and cache are no
+    # choice of its cells, which compare with the default and oracle cells of the same model, task and other
+    # settings whatever their block and cache (a grid's speedup and NFE / oracle)
+    own_geometry: ClassVar[bool] = False
     supported_caches: ClassVar[tuple[str, ...]] = CACHE_POLICIES
     display_order: ClassVar[int] = 50  # position in listings and tables (default 0 first, rps 90 last)
     # the kind of family this decoder decodes (ripple/platform/runtime/models/family.py NOISES): "mask"
@@ -396,6 +407,18 @@ class Scheduler(ABC):
         back as `RunShape.models` and `BlockState.models` (ripple/platform/runtime/auxiliary.py). By
         default the hyperparameters declared with `params.auxiliary` that are set, each its own role."""
         return self.params.auxiliary_models()
+
+    @property
+    def horizon(self) -> int | None:
+        """Positions from a row's first mask on that its forwards see (APD's lookahead: the canvas ends
+        there for that forward); None: the whole canvas. Read by the cache policy `sliding` only."""
+        return None
+
+    @property
+    def kv_window(self) -> int | None:
+        """Positions before the previous step's first mask that the cache policy `sliding` recomputes
+        (APD's W); None for decoders that do not run under it."""
+        return None
 
     def reference_decoder(self) -> "Scheduler":
         """The decoder whose completion this one follows (decoders that declare `follows_reference`)."""

@@ -128,9 +128,11 @@ def build(name: str, settings: dict[str, str] | None = None) -> Scheduler:
     return cls(cls.Params.from_strings(name, settings or {}))
 
 
-def decoders_for(noise: str) -> list[str]:
-    """Registered decoders that decode `noise` families ("mask" or "uniform"), in display order."""
-    return [n for n in names() if _REGISTRY[n].noise == noise]
+def decoders_for(noise: str, cache: str | None = None) -> list[str]:
+    """Registered decoders that decode `noise` families ("mask" or "uniform"), in display order; with `cache`,
+    those that run under that cache policy (`apd` runs under `sliding` only, the block decoders never do)."""
+    return [n for n in names()
+            if _REGISTRY[n].noise == noise and (cache is None or cache in _REGISTRY[n].supported_caches)]
 
 
 # what `ripple generate` / `ripple eval` and `ripple.generate` / `ripple.evaluate` run when no decoder is

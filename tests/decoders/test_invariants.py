@@ -28,7 +28,8 @@ def _engine(script=None, shift=0):
 # every registered decoder of mask families (the scripted model is one; by the declared `noise`) at its
 # defaults (a new decoder module is tested without editing this file), plus settings that make the rules
 # act on this scripted model. Renoising decoders: test_renoising_invariants below, on diffusion-gemma-tiny.
-DECODERS = [(name, {}) for name in decoders_for("mask")] + [
+# (the block decoders: apd runs under its own window with a verifier, tests/decoders/test_apd.py)
+DECODERS = [(name, {}) for name in decoders_for("mask", "none")] + [
     ("confidence", {"tau": "0.3"}), ("confidence", {"factor": "1.0"}),
     ("klass", {"tau": "0.2", "kappa": "50.0", "H": "1"}), ("eb_sampler", {"gamma": "3.0"}),
     ("wino", {"tau1": "0.2", "tau2": "0.95"}), ("lopa", {"tau": "0.5", "branches": "3"}),

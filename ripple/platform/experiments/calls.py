@@ -140,11 +140,14 @@ def decode_config(model: str | os.PathLike | LoadedModel, decoder: Scheduler, *,
                   eos_early_stop: bool = False, block_align: str = "response",
                   sub_block_length: int | None = None) -> GenerationConfig:
     """The run's GenerationConfig, checked (before any weights load): lengths default as
-    `default_lengths` says, the cache to the decoder's own."""
+    `default_lengths` says (the block to the response for a decoder with its own, `own_geometry`), the
+    cache to the decoder's own."""
     from ..runtime.engine import GenerationConfig
     from ..runtime.loading import block_aligned
 
     gen, block = default_lengths(model, gen_length, block_length)
+    if block_length is None and decoder.own_geometry:  # one block (APD) unless the call sets another, refused
+        block = gen
     for name, value in (("gen_length", gen), ("block_length", block)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise RippleError(f"{name} must be a positive integer, got {value!r}")

@@ -303,7 +303,17 @@ def baseline_ids(cells: Mapping[str, "Cell"]) -> dict[str, str | None]:
     for cid, c in sorted(cells.items()):
         if c.decoder == BASELINE_DECODER:
             base.setdefault(c.baseline_key(), cid)
-    return {cid: base.get(c.baseline_key()) for cid, c in cells.items()}
+            base.setdefault(("loose", c.geometry_free_key()), cid)
+    return {cid: _found(base, c) for cid, c in cells.items()}
+
+
+def _found(by_key: Mapping[tuple, Any], c: "Cell") -> Any:
+    """What `by_key` holds for cell c's `baseline_key`, else, for a decoder with its own block and cache
+    (`Cell.loose_key`), for the same settings at any block and cache (the lowest such id); None otherwise."""
+    if c.baseline_key() in by_key:
+        return by_key[c.baseline_key()]
+    loose = c.loose_key()
+    return None if loose is None else by_key.get(("loose", loose))
 
 
 def oracle_ids(cells: Mapping[str, "Cell"]) -> dict[str, str | None]:
@@ -314,9 +324,11 @@ def oracle_ids(cells: Mapping[str, "Cell"]) -> dict[str, str | None]:
     for cid, c in sorted(cells.items()):
         if c.decoder == ORACLE_DECODER:
             rank = 0 if dict(c.params).get("follow", "default") == BASELINE_DECODER else 1
-            if c.baseline_key() not in best or rank < best[c.baseline_key()][0]:
-                best[c.baseline_key()] = (rank, cid)
-    return {cid: best[c.baseline_key()][1] if c.baseline_key() in best else None for cid, c in cells.items()}
+            for key in (c.baseline_key(), ("loose", c.geometry_free_key())):
+                if key not in best or rank < best[key][0]:
+                    best[key] = (rank, cid)
+    found = {cid: _found(best, c) for cid, c in cells.items()}  # (rank, oracle id) or None
+    return {cid: hit[1] if hit else None for cid, hit in found.items()}
 
 
 def nfe_over_oracle(rows: pl.DataFrame, oracle_rows: pl.DataFrame) -> float | None:

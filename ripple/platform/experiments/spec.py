@@ -15,6 +15,7 @@ Example (`ripple/platform/experiments/grids/demo.yaml` is another):
       - {name: rps, params: {lambda: [0.1, 0.2]}}       # a list expands into one cell per value
       - name: klass                                     # per-task settings override `params` there
         task_params: {arith: {tau: 0.6, kappa: 0.015}}
+      - {name: apd, params: {verifier: ripple-tiny-ar}, caches: [sliding], block_lengths: [48]}  # its own axes
     gen_lengths: [48]
     block_lengths: [16]
     caches: [none, prefix]
@@ -43,7 +44,8 @@ GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_lengths", "block_lengths", "caches",
             "seeds", "limit", "split", "dtype", "chat", "stop_at_eos", "eos_early_stop", "block_align",
             "sub_block_length", "data_dir", "workers", "batch_size", "traces")
-DECODER_KEYS = ("name", "params", "task_params", "models")
+# a decoder entry's own `caches` and `block_lengths` replace the grid's for its cells
+DECODER_KEYS = ("name", "params", "task_params", "models", "caches", "block_lengths")
 TASK_KEYS = ("limit", "gen_lengths", "block_lengths", "if_data")  # plus the task's own options (`Task.options`)
 # a task's own lengths replace the spec's for its cells (ParallelBench: 32-token waiting lines, 64-token
 # puzzles, each with the block equal to the response); they are cell settings, not task options
@@ -151,6 +153,20 @@ class Cell(DecodeSettings):
     def baseline_key(self) -> tuple:
         """Cells sharing this key are compared with the same Default cell (speedup)."""
         return (self.model, self.task, *self.decode_settings().values())
+
+    def loose_key(self) -> tuple | None:
+        """`baseline_key` without block length and cache, for a cell whose decoder has them of its own
+        (`Scheduler.own_geometry`, APD), which is compared with the default and oracle cells this key finds
+        when none shares its full key; None for the others."""
+        known = self._known_params() is not None
+        if not (known and self.decoder_class.own_geometry):
+            return None
+        return self.geometry_free_key()
+
+    def geometry_free_key(self) -> tuple:
+        """`baseline_key` without block length and cache."""
+        settings = {k: v for k, v in self.decode_settings().items() if k not in ("block_length", "cache")}
+        return (self.model, self.task, *settings.values())
 
     def label(self) -> str:
         """The decoder with its non-default hyperparameters, e.g. `rps(lambda=0.1)` (every stored
@@ -474,17 +490,24 @@ class SpecParser:
             raise self.fail("'description' takes a string")
         for task_gens, task_blocks in {task: lengths.get(task, (gens, blocks)) for task, _, _ in tasks}.values():
             self.lengths(task_gens, task_blocks, align)
-        for cls, _, _ in decoders:
-            self.decoder_caches(cls, caches)
+        for cls, _, _, own in decoders:
+            self.decoder_caches(cls, own.get("caches", caches))
+            for task, _, _ in tasks if "block_lengths" in own else ():
+                self.lengths(lengths.get(task, (gens, blocks))[0], own["block_lengths"], align)
+
+        def axes(task: str, own: dict) -> tuple[list[int], list[int], list[str]]:
+            """gen_lengths, block_lengths and caches of a decoder entry's cells for `task`."""
+            task_gens, task_blocks = lengths.get(task, (gens, blocks))
+            return task_gens, own.get("block_lengths", task_blocks), own.get("caches", caches)
+
         cells = tuple(
             Cell(model=model, task=task, decoder=label(cls), params=params, limit=limit, gen_length=gen,
                  block_length=block, cache=cache, seed=seed, dtype=dtype, chat=chat, chat_form=chat_form, split=split,
                  stop_at_eos=stop, eos_early_stop=early, task_options=options, block_align=align,
                  sub_block_length=sub, local=None if is_registered(cls) else cls)
-            for model, (task, limit, options), (cls, per_task, only) in itertools.product(models, tasks, decoders)
+            for model, (task, limit, options), (cls, per_task, only, own) in itertools.product(models, tasks, decoders)
             if only is None or model in only
-            for params, gen, block, cache, seed in itertools.product(per_task[task], *lengths.get(task, (gens, blocks)),
-                                                                     caches, seeds)
+            for params, gen, block, cache, seed in itertools.product(per_task[task], *axes(task, own), seeds)
         )
         if len({c.decoder: c.local for c in cells}) < len({(c.decoder, c.local) for c in cells}):
             raise self.fail("two local decoder classes share a name; give each its own `name`")
@@ -502,7 +525,7 @@ class SpecParser:
         from ...decoders import check_noise
 
         for model in models:
-            for cls, _, only in decoders:
+            for cls, _, only, _ in decoders:
                 if model in self.kinds and (only is None or model in only):
                     try:
                         check_noise(cls, *self.kinds[model])
@@ -618,18 +641,21 @@ class SpecParser:
             raise self.fail(str(exc)) from None
 
     def decoders(self, value: Any, models: list[str], tasks: list[str]
-                 ) -> list[tuple[type, dict[str, list[tuple]], frozenset | None]]:
-        """Each entry: (name, {task: [params, ...]}, models it is restricted to). `task_params`
+                 ) -> list[tuple[type, dict[str, list[tuple]], frozenset | None, dict[str, list]]]:
+        """Each entry: (name, {task: [params, ...]}, models it is restricted to, its own `caches` and
+        `block_lengths` where it names them, which replace the grid's for its cells: APD runs under its own
+        cache policy and as one block). `task_params`
         override `params` for the tasks they name (the KLASS release tunes per task). `decoders: all`
         is every registered decoder of mask families at its defaults, in display order; so is an entry
         `all` in a list (then further entries add settings). Renoising decoders (uniform-noise
         families such as DiffusionGemma) are named, never implied by `all`, and so are learned decoders
-        (`Scheduler.learned`: they need a filter for the model and block length). A spec built in Python may
+        (`Scheduler.learned`: they need a filter for the model and block length) and decoders with a second model
+        (a hyperparameter made with `params.auxiliary`: APD's verifier, named per model). A spec built in Python may
         also name a decoder by a Scheduler subclass or instance of the caller's own (its params are
         an instance's own, under the entry's `params`)."""
         from ...decoders import Scheduler, decoders_for, get
 
-        every = [n for n in decoders_for("mask") if not get(n).learned]
+        every = [n for n in decoders_for("mask") if not (get(n).learned or get(n).Params.auxiliary_fields())]
         if value == "all":
             value = every
         entries = [e for entry in self.as_list(value, "decoders")
@@ -640,7 +666,7 @@ class SpecParser:
                 entry = {"name": entry}
             if not isinstance(entry, dict) or "name" not in entry:
                 raise self.fail(f"a decoder entry is a name or a mapping with 'name' (and 'params', 'task_params', "
-                                f"'models'), got {entry!r}")
+                                f"'models', 'caches', 'block_lengths'), got {entry!r}")
             cls, own = self.decoder_class(entry["name"])
             name = label(cls)
             self.keys(entry, DECODER_KEYS, f" in decoder entry {name!r}")
@@ -666,7 +692,12 @@ class SpecParser:
             for task in tasks:
                 extra = self.params_mapping(per_task.get(task), f"decoder {name!r}: 'task_params.{task}'")
                 grids[task] = self.expand(cls, {**params, **extra}, f"decoders.{name}")
-            out.append((cls, grids, only))
+            own_axes = {}
+            if "caches" in entry:
+                own_axes["caches"] = self.caches(entry["caches"])
+            if "block_lengths" in entry:
+                own_axes["block_lengths"] = self.positive_ints(entry["block_lengths"], f"decoders.{name}.block_lengths")
+            out.append((cls, grids, only, own_axes))
         return out
 
     def decoder_class(self, name: Any) -> tuple[type, dict]:
@@ -704,12 +735,12 @@ class SpecParser:
         return out
 
     def caches(self, value: Any) -> list[str]:
-        from ...decoders import CACHE_POLICIES
+        from ...decoders import CACHE_NAMES
 
         caches = self.strings(value, "caches")
         for cache in caches:
-            if cache not in CACHE_POLICIES:
-                raise self.fail(f"unknown cache policy {cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
+            if cache not in CACHE_NAMES:
+                raise self.fail(f"unknown cache policy {cache!r}; accepted: {', '.join(CACHE_NAMES)}")
         return caches
 
     def decoder_caches(self, decoder: str | type, caches: list[str]) -> None:

@@ -105,7 +105,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ...decoders.base import CACHE_POLICIES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
+from ...decoders.base import CACHE_NAMES, BlockState, Commit, Lookahead, RunShape, Scheduler, greedy
 from ...errors import RippleError
 from .auxiliary import Counted, models_for
 from .caches import NO_NARROWING, POLICIES, Window, cache_policy
@@ -152,8 +152,8 @@ class GenerationConfig:
             raise RippleError(f"gen_length and block_length must be positive, got {self.gen_length} and {self.block_length}")
         if self.gen_length % self.block_length and not self.block_aligned:
             raise _indivisible(self.gen_length, self.block_length)
-        if self.cache not in CACHE_POLICIES:
-            raise RippleError(f"unknown cache policy {self.cache!r}; accepted: {', '.join(CACHE_POLICIES)}")
+        if self.cache not in CACHE_NAMES:
+            raise RippleError(f"unknown cache policy {self.cache!r}; accepted: {', '.join(CACHE_NAMES)}")
         check_sub_block(self.sub_block_length, self.block_length)
 
     @property
@@ -184,12 +184,12 @@ class Engine:
 
     def __init__(self, model, *, mask_id: int, eos_ids: Sequence[int], pad_id: int,
                  max_positions: int | None = None, device: torch.device | str = "cpu", model_dir: str | None = None,
-                 auxiliary: Mapping[str, Any] | None = None):
+                 auxiliary: Mapping[str, Any] | None = None, family: str | None = None):
         self.model = model
         # the kind of family (ripple/platform/runtime/models/family.py): a decoder must declare the same.
         # Only a family's "uniform" counts: a model attribute called `noise` may be anything else
         self.noise = "uniform" if getattr(model, "noise", "mask") == "uniform" else "mask"
-        self.family = str(getattr(model, "family", "this model"))
+        self.family = family or str(getattr(model, "family", "this model"))  # a loaded model's: its family's name
         self.shift = int(getattr(model, "shift", 0))
         # a shifted family must commit the block's first position at the opening (module docstring)
         self.opening_commit = bool(getattr(model, "opening_commit", self.shift > 0))
@@ -218,7 +218,8 @@ class Engine:
     @classmethod
     def from_loaded(cls, lm) -> "Engine":
         return cls(lm.model, mask_id=lm.mask_id, eos_ids=lm.eos_ids, pad_id=lm.pad_id,
-                   max_positions=lm.max_positions, device=lm.device, model_dir=str(lm.path))
+                   max_positions=lm.max_positions, device=lm.device, model_dir=str(lm.path),
+                   family=lm.model_type)  # (a loaded model's model_type is its family's name)
 
     # ------------------------------------------------------------------ generate
     @torch.inference_mode()
@@ -282,7 +283,7 @@ class Engine:
         return RunShape(config.gen_length, config.block_length, tuple(n_blocks),
                         int(getattr(self.model, "vocab_size", 0)), self.mask_id, self.model_dir, self.shift,
                         cache=config.cache, eos_ids=self.eos_ids, weights=weights,
-                        models=models_for(decoder, self.auxiliary))
+                        models=models_for(decoder, self.auxiliary), family=self.family)
 
     def commits_at_opening(self, decoder: Scheduler, cache: str) -> bool:
         """Whether a block opening commits the block's first position (module docstring): on a family that
@@ -647,6 +648,7 @@ class _Run:
         st.fixed[max(0, self.ends[r] - bs):] = True  # past the row's end (a last block cut short)
         st.response_offset = bs - self.starts[r]
         st.prompt_length = self.lens[r]
+        st.context = self.canvas[r, self.starts[r] - self.lens[r]:bs]
         if self.reference is not None:
             st.reference = self.reference[r].block(st.response_offset, L, self.e.device)
         if self.models:

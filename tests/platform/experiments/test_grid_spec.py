@@ -19,7 +19,7 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 
 def test_every_shipped_spec_validates():
-    assert shipped_specs() == ["demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "field-lines", "kv-cache",
+    assert shipped_specs() == ["apd", "demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "field-lines", "kv-cache",
                               "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines",
                               "paper-table1", "parallelbench", "rps-ablation", "rps-carry", "rps-carry-lines",
                               "rps-tiny", "sdar", "tiny-bd"]
@@ -30,6 +30,16 @@ def test_every_shipped_spec_validates():
 
 
 def test_shipped_specs_have_the_issue_contents():
+    apd = load_spec("apd")  # issue 58: APD with ripple-tiny-ar beside default, confidence, rps and the oracle
+    assert {(c.model, c.task, c.limit, c.gen_length) for c in apd.cells} == {
+        ("ripple-tiny", t, 200, 48) for t in ("arith", "pyfunc", "freefunc")}
+    assert {(c.decoder, c.block_length, c.cache) for c in apd.cells} == {
+        ("default", 16, "none"), ("confidence", 16, "none"), ("rps", 16, "none"), ("oracle", 16, "none"),
+        ("apd", 48, "sliding")}  # APD: one block, its own cache policy
+    settings = {(dict(c.params)["mixture"], dict(c.params)["max_lookahead"]) for c in apd.cells if c.decoder == "apd"}
+    assert settings == {(r, m) for r in (0.5, 0.7, 0.9) for m in (4, 16)}
+    assert {(dict(c.params)["verifier"], dict(c.params)["temperature"]) for c in apd.cells if c.decoder == "apd"} == {
+        ("ripple-tiny-ar", 0.0)}
     demo = load_spec("demo")
     models = {"ripple-tiny", "ripple-tiny-bd"}
     assert {c.model for c in demo.cells} == models and {c.task for c in demo.cells} == {"arith", "pyfunc", "freefunc"}
@@ -44,7 +54,8 @@ def test_shipped_specs_have_the_issue_contents():
     field = load_spec("field")  # every mask decoder beside the oracle, both embedded models, 200 per cell (issue 59)
     assert set(FIELD_DECODERS + DEMO_DECODERS + ["topk", "oracle"]) <= {c.decoder for c in field.cells}
     # learned decoders (learn2pd) read a filter trained for a model and block length: their own grid runs them
-    unlearned = [n for n in decoders_for("mask") if not get(n).learned]
+    # (and so does apd, whose verifier is named per model: `ripple grid apd`)
+    unlearned = [n for n in decoders_for("mask") if not (get(n).learned or get(n).Params.auxiliary_fields())]
     assert {c.decoder for c in field.cells} == set(unlearned)
     assert {(c.model, c.task) for c in field.cells} == {(m, t) for m in models for t in ("arith", "pyfunc", "freefunc")}
     assert len(field.cells) == 6 * len(unlearned) and {c.limit for c in field.cells} == {200}
@@ -96,7 +107,7 @@ def test_shipped_specs_have_the_issue_contents():
     assert {(c.gen_length, c.block_length, c.limit) for c in lines.cells} == {(32, 32, 200)}
     # every decoder but the learned ones, which read a filter trained for the model (issue 57's `learned` grid)
     learned = {n for n in decoders_for("mask") if get(n).learned}
-    assert learned == {"learn2pd"} and set(decoders_for("mask")) - learned <= {c.decoder for c in lines.cells}
+    assert learned == {"learn2pd"} and set(decoders_for("mask", "none")) - learned <= {c.decoder for c in lines.cells}
     topk = {(dict(c.params)["rank"], dict(c.params)["k"]) for c in lines.cells if c.decoder == "topk"}
     assert topk == {(r, k) for r in ("confidence", "margin", "entropy", "random") for k in (1, 2, 4, 8)}
     conf = {(dict(c.params)["tau"], dict(c.params)["factor"]) for c in lines.cells if c.decoder == "confidence"}
@@ -251,7 +262,7 @@ def test_malformed_spec_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, 
 def test_missing_and_unreadable_spec_files(tmp_path, capsys):
     assert main(["grid", str(tmp_path / "nope.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: demo, demo-lines, diffusion-gemma, fast-dllm-v2, field, field-lines, kv-cache" in err
+    assert err.count("\n") == 1 and "not found; give a YAML file or a shipped spec: apd, demo, demo-lines, diffusion-gemma, fast-dllm-v2, field, field-lines, kv-cache" in err
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
     assert main(["grid", str(tmp_path / "binary.yaml")]) == 2
     err = capsys.readouterr().err
@@ -467,6 +478,28 @@ def test_a_task_may_set_its_own_lengths():
         parse_spec({**base, "tasks": {"arith": {"block_lengths": [32]}}}, "t")
     with pytest.raises(RippleError, match="tasks.arith.gen_lengths"):
         parse_spec({**base, "tasks": {"arith": {"gen_lengths": [0]}}}, "t")
+
+
+def test_a_decoder_entry_may_set_its_own_caches_and_block_lengths():
+    """A decoder entry's `caches` and `block_lengths` replace the grid's for its cells only (APD runs under its own
+    cache policy as one block beside decoders of blocks and block caches); each checked like the grid's."""
+    base = {"models": ["ripple-tiny"], "tasks": ["arith"], "gen_lengths": [48], "block_lengths": [16]}
+    spec = parse_spec({**base, "decoders": ["default", {"name": "confidence", "caches": ["prefix", "dual"],
+                                                         "block_lengths": [48, 8]}]}, "t")
+    assert sorted((c.decoder, c.block_length, c.cache) for c in spec.cells) == [
+        ("confidence", 8, "dual"), ("confidence", 8, "prefix"), ("confidence", 48, "dual"), ("confidence", 48, "prefix"),
+        ("default", 16, "none")]
+    plain = parse_spec({**base, "decoders": ["default"]}, "t")
+    assert [c.cell_id for c in spec.cells if c.decoder == "default"] == [c.cell_id for c in plain.cells]
+    with pytest.raises(RippleError, match=r"decoder 'default' does not support cache 'sliding'; supported: none, "
+                                          r"prefix, dual$"):
+        parse_spec({**base, "decoders": [{"name": "default", "caches": ["sliding"]}]}, "t")
+    with pytest.raises(RippleError, match="unknown cache policy 'paged'; accepted: none, prefix, dual, sliding$"):
+        parse_spec({**base, "decoders": [{"name": "default", "caches": ["paged"]}]}, "t")
+    with pytest.raises(RippleError, match="gen_length 48 is not divisible by block_length 32"):
+        parse_spec({**base, "decoders": [{"name": "default", "block_lengths": [32]}]}, "t")
+    with pytest.raises(RippleError, match="decoders.default.block_lengths"):
+        parse_spec({**base, "decoders": [{"name": "default", "block_lengths": [0]}]}, "t")
 
 
 def test_the_parallelbench_grid_plans_its_sweep(capsys):

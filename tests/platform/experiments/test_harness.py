@@ -73,7 +73,7 @@ def test_the_harness_and_ripple_eval_agree_problem_by_problem(harness_task_objec
 
 @pytest.mark.slow
 def test_every_decoder_runs_through_the_harness_with_nfe_and_tpf_logged(harness_task_objects, include):
-    for name in decoders_for("mask"):
+    for name in decoders_for("mask", "none"):
         data = {"filter": FILTERS[8]} if name == "learn2pd" else {}  # a learned decoder reads its filter
         lm = RippleLM(pretrained="ripple-tiny", decoder=name, gen_length=8, block_length=8, cache="none", **data)
         out = _evaluate(lm, [harness_task_objects["humaneval"]], include, 1)

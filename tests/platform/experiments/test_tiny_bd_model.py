@@ -55,7 +55,7 @@ def test_every_decoder_and_cache_keeps_the_invariants_on_ripple_tiny_bd(bd, cach
     cfg = GenerationConfig(gen_length=L, block_length=L, cache=cache)
     assert all(len(p) % L for p in prompts)
     settings = list(dict.fromkeys((n, tuple(s.items())) for n, s in TINY_DECODERS + EDITING))
-    assert {n for n, _ in settings} == set(decoders_for("mask"))  # every decoder of mask families
+    assert {n for n, _ in settings} == set(decoders_for("mask", cache))  # every decoder of mask families and this cache
     for name, items in settings:
         s = dict(items)
         singles = []

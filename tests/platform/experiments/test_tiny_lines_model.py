@@ -62,7 +62,7 @@ def test_the_shipped_model_does_its_operations(lines_model):
 def test_every_decoder_and_cache_keeps_the_invariants(lines_model, cache):
     prompts = [lines_model.tokenizer(get_task(t).example("test", 0).prompt, add_special_tokens=False)["input_ids"]
                for t in ("lines/shuffle", "lines/insert_random")]
-    assert {n for n, _ in TINY_DECODERS} == set(decoders_for("mask"))
+    assert {n for n, _ in TINY_DECODERS} == set(decoders_for("mask", cache))
     for name, settings in TINY_DECODERS:
         check_decoder_on_model(lambda: decoder(name, settings, block_length=4), lines_model, caches=[cache],
                                prompts=prompts, gen_length=8, block_length=4)  # two blocks: a boundary crossed

@@ -95,7 +95,7 @@ GEN = 32  # every decoder through eval and generate: two blocks of 16 cross a bl
 def test_every_decoder_runs_through_eval_and_generate_on_ripple_tiny(capsys, cache, tiny, golden):
     # a learned decoder reads its filter: Learn2PD's, trained on ripple-tiny for blocks of 16 (../shared/golden)
     data = {"learn2pd": ["--set", f"filter={golden / 'learn2pd' / 'filter_block16.safetensors'}"]}
-    for name in decoders_for("mask"):  # the mask decoders: ripple-tiny is a mask family
+    for name in decoders_for("mask", cache):  # the mask decoders of this cache: ripple-tiny is a mask family
         assert main(["eval", "--model", "ripple-tiny", "--task", "pyfunc", "--decoder", name, "--limit", "2",
                      "--cache", cache, "--gen-length", str(GEN), "--json", *data.get(name, [])]) == 0, name
         out = json.loads(capsys.readouterr().out)

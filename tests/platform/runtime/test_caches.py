@@ -4,7 +4,7 @@ knowing its name."""
 import pytest
 
 import ripple.platform.runtime.engine as engine_module
-from ripple.decoders import CACHE_POLICIES
+from ripple.decoders import CACHE_NAMES, CACHE_POLICIES
 from ripple.decoders.default import Default
 from ripple.errors import RippleError
 from ripple.platform.runtime.caches import POLICIES, cache_policy
@@ -14,13 +14,15 @@ from ripple.testing import SCRIPTED_PROMPTS, scripted_engine
 
 
 def test_the_registered_policies_are_the_protocols_cache_names():
-    assert tuple(POLICIES) == CACHE_POLICIES
-    assert all(cache_policy(name).name == name for name in CACHE_POLICIES)
+    assert tuple(POLICIES) == CACHE_NAMES and CACHE_NAMES[:len(CACHE_POLICIES)] == CACHE_POLICIES
+    assert all(cache_policy(name).name == name for name in CACHE_NAMES)
+    # a block decoder supports the block caches, never `sliding` (APD's window, for the decoders listing it)
+    assert Default.supported_caches == CACHE_POLICIES
 
 
 def test_an_unknown_policy_is_refused_in_one_line_naming_the_accepted_ones():
-    with pytest.raises(RippleError, match=r"^unknown cache policy 'sliding'; accepted: none, prefix, dual$"):
-        cache_policy("sliding")
+    with pytest.raises(RippleError, match=r"^unknown cache policy 'paged'; accepted: none, prefix, dual, sliding$"):
+        cache_policy("paged")
 
 
 class WholeCanvas(PrefixCache):
@@ -53,7 +55,7 @@ class Widths:
 @pytest.mark.parametrize("family", ["full", "shifted"])
 def test_a_new_policy_is_one_more_registry_entry(monkeypatch, family):
     monkeypatch.setitem(POLICIES, "whole", WholeCanvas)
-    monkeypatch.setattr(engine_module, "CACHE_POLICIES", CACHE_POLICIES + ("whole",))
+    monkeypatch.setattr(engine_module, "CACHE_NAMES", CACHE_NAMES + ("whole",))
     scripted, model = scripted_engine(family)
     runs = {}
     for cache in ("whole", "none", "prefix"):

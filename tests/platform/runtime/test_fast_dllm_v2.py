@@ -423,7 +423,7 @@ def test_every_decoder_and_cache_keeps_the_invariants_in_sub_blocks(golden, chec
     lm = load_model(str(golden / checkpoint), "float32", "cpu")
     checked = 0
     for name in names():
-        if get(name).noise != "mask":
+        if get(name).noise != "mask" or "none" not in get(name).supported_caches:  # (apd: its own window)
             continue
         try:
             check_decoder_on_model(lambda: decoder(name, {}, block_length=8), lm, sub_block_length=4,

@@ -148,7 +148,7 @@ def test_dual_behaves_as_prefix_for_every_decoder(llada2):
     from tests.decoders.test_invariants import decoder  # with the data files a decoder reads (a learned filter)
 
     engine = Engine.from_loaded(llada2)
-    for name in decoders_for("mask"):  # a block-diffusion family takes mask decoders
+    for name in decoders_for("mask", "dual"):  # a block-diffusion family takes the mask decoders of block caches
         runs = [engine.generate([[12, 40, 77, 3, 90, 15]], decoder(name, {}, block_length=8),
                                 GenerationConfig(24, 8, cache))[0]
                 for cache in ("prefix", "dual")]
