@@ -24,7 +24,8 @@ from .models.family import Family, diffusion_families, refuse_prompt
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ASSETS = Path(__file__).resolve().parents[2] / "assets"  # ripple/assets
-EMBEDDED = {name: _ASSETS / name for name in ("ripple-tiny", "ripple-tiny-bd", "ripple-tiny-lines")}
+EMBEDDED = {name: _ASSETS / name for name in (
+    "ripple-tiny", "ripple-tiny-bd", "ripple-tiny-lines", "ripple-tiny-ar")}  # ripple-tiny-ar: a causal LM (load_causal)
 _END_OF_TURN_NAMES = ("<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>")
 # mask tokens that checkpoints add to their tokenizer without naming them in config.json or as the
 # tokenizer's mask_token (Fast-dLLM v2's `|<MASK>|`, listed in added_tokens.json)
