@@ -221,6 +221,9 @@ class ResultStore:
         self.quarantine = self.root / experiment / "quarantine"
         self._seq = 0
         self._token = uuid.uuid4().hex[:12]
+        # record files already read, by (inode, size, mtime): a file is written once under its name (renamed
+        # into place), so a driver re-reading the store as cells finish parses only the files new since
+        self._parsed: dict[Path, tuple[tuple[int, int, int], pl.DataFrame]] = {}
 
     def files(self) -> list[Path]:
         return sorted(p for p in self.dir.glob("*.parquet") if not p.name.startswith("."))
@@ -260,6 +263,18 @@ class ResultStore:
         self._seq += 1
         return self._atomic_write(frame, f"part-{self._token}-{self._seq:07d}")
 
+    def _read_known(self, path: Path) -> pl.DataFrame | None:
+        """`_read_file`, once per version of the file (files gone since are forgotten)."""
+        st = path.stat()  # FileNotFoundError: compacted away under a reader, as _read_file says
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        known = self._parsed.get(path)
+        if known is not None and known[0] == key:
+            return known[1]
+        frame = self._read_file(path)
+        if frame is not None:
+            self._parsed[path] = (key, frame)
+        return frame
+
     def _read_file(self, path: Path) -> pl.DataFrame | None:
         """One record file; a damaged one is moved into quarantine/ (None)."""
         try:
@@ -293,7 +308,9 @@ class ResultStore:
 
     def read_all(self) -> pl.DataFrame:
         """Every stored row, duplicates included (for audits and tests)."""
-        frames = [f for f in (self._read_file(p) for p in self.files()) if f is not None]
+        files = self.files()
+        frames = [f for f in (self._read_known(p) for p in files) if f is not None]
+        self._parsed = {p: self._parsed[p] for p in files if p in self._parsed}  # forget compacted files
         if not frames:
             return pl.DataFrame(schema=SCHEMA)
         return pl.concat(frames, how="vertical")

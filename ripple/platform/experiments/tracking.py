@@ -62,6 +62,11 @@ class Tracker:
         self.experiment_id = experiment_id
         self.uri = uri
         self._logged: dict[str, dict[str, float]] = {}  # cell id -> metrics this tracker already logged
+        # cell id -> run id: searched once, then kept by this tracker (a grid logs cells as they finish; one
+        # search per finished cell made logging quadratic in the cells, and a grid's driver lock keeps other
+        # writers out of the experiment meanwhile)
+        self._runs: dict[str, str] | None = None
+        self._inputs: dict[str, set[tuple[str, str]]] = {}  # run id -> (name, digest) of its dataset inputs
 
     @classmethod
     def open(cls, experiment: str, store_dir: str | os.PathLike, override_uri: str | None = None) -> "Tracker":
@@ -131,7 +136,9 @@ class Tracker:
     def _log_cells(self, summaries, records: pl.DataFrame, spec_path: str, data_dir: str | None) -> dict[str, str]:
         from mlflow.entities import Metric, Param, RunTag
 
-        existing = self.runs_by_cell()
+        if self._runs is None:
+            self._runs = self.runs_by_cell()
+        existing = self._runs
         fails = _failures(records)
         out = {}
         with tempfile.TemporaryDirectory(prefix="ripple-cell-") as tmp:
@@ -144,17 +151,20 @@ class Tracker:
                 run_id = existing.get(c.cell_id)
                 table = records.filter(pl.col("cell_id") == c.cell_id).sort("sample_id")
                 start_ms, end_ms = _span_ms(table)
+                params: dict[str, object] = {}
                 if run_id is None:
                     tags = {CELL_TAG: c.cell_id, "ripple_spec": spec_path, "mlflow.runName": run_name(s)}
                     run_id = self.client.create_run(self.experiment_id, start_time=start_ms, tags=tags).info.run_id
                     params = {k: v for k, v in c.settings.items() if k != "params"}
                     params.update({f"decoder.{k}": v for k, v in c.params})
                     params["params"] = c.params_json
-                    self.client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
+                    existing[c.cell_id] = run_id
+                    self._inputs[run_id] = set()  # a new run has no dataset input yet
                 else:
                     self.client.update_run(run_id, status="RUNNING")
                 now = _now_ms()
                 self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()],
+                                      params=[Param(k, str(v)) for k, v in params.items()],  # a new run's only
                                       tags=[RunTag("ripple_hardware", _hardware(records, c.cell_id))])
                 dataset = task_dataset(c.task, c.split, table["sample_id"].to_list(), data_dir)
                 self._log_dataset(run_id, dataset, c.split)
@@ -175,11 +185,14 @@ class Tracker:
         from mlflow.entities import DatasetInput, InputTag
         from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-        logged = self.client.get_run(run_id).inputs.dataset_inputs
-        if any((d.dataset.name, d.dataset.digest) == (dataset.name, dataset.digest) for d in logged):
+        if run_id not in self._inputs:  # a run an earlier invocation made: ask the store once
+            self._inputs[run_id] = {(d.dataset.name, d.dataset.digest)
+                                    for d in self.client.get_run(run_id).inputs.dataset_inputs}
+        if (dataset.name, dataset.digest) in self._inputs[run_id]:
             return
         self.client.log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
                                                      tags=[InputTag(MLFLOW_DATASET_CONTEXT, split)])])
+        self._inputs[run_id].add((dataset.name, dataset.digest))
 
     def end_unfinished(self, status: str, tag: str = CELL_TAG) -> None:
         """Mark every run of this experiment carrying `tag` (a grid's cell runs; a sweep's runs) that is

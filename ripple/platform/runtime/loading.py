@@ -342,17 +342,19 @@ def load_tokenizer(path: Path):
     if not has_tokenizer(path):
         return None
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # it warns that config.json's model_type is unknown to it
     if _declared_tokenizer_class(path) == "TokenizersBackend" and (path / "tokenizer.json").exists():
         # tokenizer.json as it is, as the file declares: AutoTokenizer would impose the model type's own class
         # on some types (qwen2: Qwen2Tokenizer, its own pre-tokenizer and an added <|endoftext|>), and
-        # ripple-tiny-ar is a qwen2 checkpoint with ripple-tiny's tokenizer
+        # ripple-tiny-ar is a qwen2 checkpoint with ripple-tiny's tokenizer. AutoTokenizer is not even
+        # imported here: importing it indexes every model of transformers (about 2.5 s of CPU per process)
         from transformers import TokenizersBackend
 
         return TokenizersBackend.from_pretrained(str(path))
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
     try:
         return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except Exception as first:  # custom tokenizer classes (Dream) need remote code; we do not run it
