@@ -81,6 +81,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def ray_bin(*args: str) -> list[str]:
     """The `ray` command of this environment."""
     return [str(Path(sys.executable).parent / "ray"), *args]
@@ -148,8 +154,10 @@ def shared_head() -> str:
         atexit.register(stop)
         address = f"127.0.0.1:{port}"
         deadline = time.time() + 120
-        while subprocess.run(ray_bin("health-check", "--address", address), env=env(),
-                             capture_output=True).returncode != 0:
+        # the GCS port answers first (a socket, cheap to poll); each `ray health-check` is an interpreter
+        # importing Ray (about a second of CPU), so it is asked only then
+        while not _listening(port) or subprocess.run(ray_bin("health-check", "--address", address), env=env(),
+                                                     capture_output=True).returncode != 0:
             assert head.poll() is None and time.time() < deadline, "the shared Ray head did not come up"
             time.sleep(0.3)
         _SHARED["address"] = address
@@ -225,12 +233,17 @@ def stored(store: ResultStore):
 
 
 def wait_for_records(store: ResultStore, count: int, proc: subprocess.Popen, timeout: float = 240):
-    """Poll until the store holds at least `count` rows; fail if the driver exits first."""
-    deadline = time.time() + timeout
+    """Poll until the store holds at least `count` rows; fail if the driver exits first. The store is
+    read only when its files change: a read at every poll cost the test process most of a core, which
+    the grid it waits for needs on two."""
+    deadline, seen = time.time() + timeout, None
     while time.time() < deadline:
-        rows = stored(store)
-        if rows.height >= count:
-            return rows
+        files = store.files()
+        if files != seen:
+            seen = files
+            rows = stored(store)
+            if rows.height >= count:
+                return rows
         if proc.poll() is not None:
             raise AssertionError(f"driver exited ({proc.returncode}) before {count} records: {proc.stderr.read()[-2000:]}")
         time.sleep(0.1)
