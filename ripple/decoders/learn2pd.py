@@ -47,7 +47,8 @@ from pathlib import Path
 from ..errors import RippleError
 from ..lazy import torch
 from .base import BlockState, Commit, Plan, RunShape, Scheduler, check_block_steps, most_confident, top1
-from .filters import NO_FILTER, file_sha256, load_filter, WEIGHTS_FILE
+from .features import assemble, check_names, raw_columns
+from .filters import NO_FILTER, file_sha256, get_architecture, load_filter, WEIGHTS_FILE
 from .params import HyperParams, flag, hp, text
 from .registry import register
 
@@ -137,9 +138,12 @@ class Learn2PD(Scheduler):
             raise RippleError(f"learn2pd: {model} ships no filter ({SHIPPED}/); train one with `ripple learn label` "
                               f"and `ripple learn train` and pass --set filter=DIR, or filter=none (LLaDA's generate)")
         self._filter = load_filter(path, shape.block_length, shape.weights) if path else None
-        if self._filter is not None and self._filter.card.features != FEATURES:
+        self._width_free = self._filter is not None and not get_architecture(self._filter.card.architecture).fixed_width
+        if self._width_free:  # it reads what decoders/features.py computes, by the names on its card
+            check_names(self._filter.card.features, f"learn2pd: filter {path!r}")
+        elif self._filter is not None and self._filter.card.features != FEATURES:
             raise RippleError(f"learn2pd: filter {path!r} reads {', '.join(self._filter.card.features)}; this decoder "
-                              f"feeds its filters {', '.join(FEATURES)}")
+                              f"feeds its fixed-width filters {', '.join(FEATURES)}")
 
     def step(self, state: BlockState) -> Plan:
         L = state.tokens.shape[0]
@@ -163,7 +167,13 @@ class Learn2PD(Scheduler):
         masked = state.masked.clone()
         masked[inside:] = False
         accepted = torch.zeros_like(masked)
-        if self._filter is not None:
+        if self._width_free and inside:  # the block as it stands (a cut shortens it): no padding
+            cols = raw_columns(logits[:inside], state.masked[:inside])  # {name: [n]}, as `ripple learn label` stores
+            feats = assemble(self._filter.card.features, {k: v[None] for k, v in cols.items()}, [state.step])  # [1, n, F]
+            sig = torch.zeros(L, dtype=torch.float32)  # [L]: past a cut no candidate
+            sig[:inside] = torch.sigmoid(self._filter.module(feats))[0]
+            accepted = (sig.to(masked.device) > self.params.threshold) & masked
+        elif self._filter is not None:
             feats = torch.zeros(1, self._filter.card.block_length or L, dtype=torch.float32)  # [1, B]: zeros past a cut
             feats[0, :inside] = p[:inside].float().cpu()
             sig = torch.sigmoid(self._filter.module(feats))[0, :L].to(masked.device)  # [L] float32

@@ -1,0 +1,75 @@
+"""Per-position features of one block for learned filters: the one place that computes them, for
+`ripple learn label` (which stores the raw columns) and for the `learn2pd` decoder (which feeds a
+filter), so that a filter reads at decoding time exactly what it was trained on.
+
+Two stages, both shared:
+- `raw_columns(logits, masked)`: what one forward says per block position, the columns the labelling
+  file holds: `confidence` (the argmax token's probability, float32, computed as Learn2PD's filter
+  input is), `margin` (top-1 minus top-2 probability), `entropy` (of the full distribution, nats) and
+  `is_committed` (the position already holds a token);
+- `assemble(names, columns, step)`: the filter's input [N, B, F] from those columns and the forward's
+  index within its block, in the order `names` gives. Derived features: `masks_left` (the block's
+  fraction still masked), `step` (the forward's index within its block) and `position` (j / B).
+
+Neighbours are not features here: a width-free filter reads them itself (a convolution over the
+block, zero-padded at its edges), so one filter serves any block length.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import RippleError
+from ..lazy import torch
+
+RAW = ("confidence", "margin", "entropy", "is_committed")  # stored per position by `ripple learn label`
+DERIVED = ("masks_left", "step", "position")  # computed from the raw columns and the record's step
+KNOWN = RAW + DERIVED
+LABEL_COLUMNS = ("margin", "entropy", "is_committed")  # the columns beside Learn2PD's five
+
+
+def raw_columns(logits: torch.Tensor, masked: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One forward's raw per-position columns of a block: logits [L, V], masked [L] bool ->
+    {name: [L]} (confidence, margin, entropy float32; is_committed bool), on the CPU."""
+    from .learn2pd import softmax_like_reference
+
+    x0 = logits.argmax(dim=-1)  # [L]
+    # Learn2PD's filter input: the softmax in the logits' dtype (float32 in its fixed lane order)
+    conf = softmax_like_reference(logits).gather(-1, x0[:, None]).squeeze(-1).to(torch.float32)  # [L]
+    probs = torch.softmax(logits.to(torch.float64), dim=-1)  # [L, V]
+    top2 = probs.topk(min(2, probs.shape[-1]), dim=-1).values  # [L, 2]
+    margin = top2[:, 0] - (top2[:, 1] if top2.shape[-1] > 1 else 0.0)  # [L]
+    entropy = -torch.special.xlogy(probs, probs).sum(dim=-1)  # [L] nats
+    return {"confidence": conf.cpu(), "margin": margin.to(torch.float32).cpu(),
+            "entropy": entropy.to(torch.float32).cpu(), "is_committed": (~masked.bool()).cpu()}
+
+
+def check_names(names: tuple[str, ...] | list[str], where: str) -> None:
+    """Refuse, in one line, feature names this Ripple does not compute."""
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown:
+        raise RippleError(f"{where} reads feature{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}, which this "
+                          f"Ripple does not compute; known: {', '.join(KNOWN)}")
+
+
+def assemble(names: tuple[str, ...], columns: dict[str, Any], step: Any) -> torch.Tensor:
+    """The filter's input [N, B, F] float32 from raw columns {name: [N, B]} (tensors or arrays) and the
+    records' forward index within their block, step [N]."""
+    cols = {k: torch.as_tensor(v) for k, v in columns.items()}
+    committed = cols["is_committed"].to(torch.float32)  # [N, B]
+    n, width = committed.shape
+    steps = torch.as_tensor(step, dtype=torch.float32).reshape(n, 1).expand(n, width)  # [N, B]
+    derived = {
+        "masks_left": (1.0 - committed).mean(dim=1, keepdim=True).expand(n, width),  # [N, B]
+        "step": steps,
+        "position": (torch.arange(width, dtype=torch.float32) / width).expand(n, width),  # [N, B]
+    }
+    out = []
+    for name in names:
+        if name in derived:
+            out.append(derived[name])
+        elif name in cols:
+            out.append(cols[name].to(torch.float32))
+        else:
+            check_names((name,), "the filter")
+            raise RippleError(f"the records hold no {name!r} column; relabel with `ripple learn label`")
+    return torch.stack(out, dim=-1).contiguous()  # [N, B, F]
