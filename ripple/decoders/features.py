@@ -27,11 +27,35 @@ KNOWN = RAW + DERIVED
 LABEL_COLUMNS = ("margin", "entropy", "is_committed")  # the columns beside Learn2PD's five
 
 
+LANES = 16  # float32 lanes of the reduction in the softmax that made the golden files (an AVX-512 CPU)
+
+
+def softmax_like_reference(logits: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim in the logits' dtype, as the reference's F.softmax computes it; for
+    float32 in a fixed order, so that its last bit (which decides Learn2PD's many ties at 1.0) is the
+    same on every machine: exp(x - max), summed in 16 float32 lanes chunk by chunk and the lanes then
+    halved pairwise, times 1 / sum, as torch's CPU kernel does with AVX-512 vectors (the golden files'
+    machine; an AVX2 CPU sums in 8 lanes and ties positions the reference ranked apart).
+    [..., V] -> [..., V]."""
+    if logits.dtype != torch.float32:
+        return torch.softmax(logits, dim=-1)
+    import numpy as np
+
+    shape = logits.shape
+    rows = logits.detach().reshape(-1, shape[-1]).cpu()  # [R, V]
+    e = torch.exp(rows - rows.max(dim=-1, keepdim=True).values)  # [R, V]
+    pad = (-shape[-1]) % LANES  # zeros leave a lane's sum unchanged
+    chunks = torch.nn.functional.pad(e, (0, pad)).numpy().reshape(rows.shape[0], -1, LANES)  # [R, C, 16]
+    acc = torch.from_numpy(np.add.reduce(chunks, axis=1))  # [R, 16]: lane sums, chunk after chunk
+    while acc.shape[1] > 1:
+        half = acc.shape[1] // 2
+        acc = acc[:, :half] + acc[:, half:]
+    return (e * (1 / acc)).reshape(shape).to(logits.device)
+
+
 def raw_columns(logits: torch.Tensor, masked: torch.Tensor) -> dict[str, torch.Tensor]:
     """One forward's raw per-position columns of a block: logits [L, V], masked [L] bool ->
     {name: [L]} (confidence, margin, entropy float32; is_committed bool), on the CPU."""
-    from .learn2pd import softmax_like_reference
-
     x0 = logits.argmax(dim=-1)  # [L]
     # Learn2PD's filter input: the softmax in the logits' dtype (float32 in its fixed lane order)
     conf = softmax_like_reference(logits).gather(-1, x0[:, None]).squeeze(-1).to(torch.float32)  # [L]

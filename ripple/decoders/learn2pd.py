@@ -47,7 +47,7 @@ from pathlib import Path
 from ..errors import RippleError
 from ..lazy import torch
 from .base import BlockState, Commit, Plan, RunShape, Scheduler, check_block_steps, most_confident, top1
-from .features import assemble, check_names, raw_columns
+from .features import LANES, assemble, check_names, raw_columns, softmax_like_reference  # noqa: F401 (re-exported)
 from .filters import NO_FILTER, file_sha256, get_architecture, load_filter, WEIGHTS_FILE
 from .params import HyperParams, flag, hp, text
 from .registry import register
@@ -76,32 +76,6 @@ def filter_path(params: Learn2PDParams, model_dir: str | None) -> str | None:
     if model_dir and (Path(model_dir) / SHIPPED / WEIGHTS_FILE).is_file():
         return str(Path(model_dir) / SHIPPED)
     return None
-
-
-LANES = 16  # float32 lanes of the reduction in the softmax that made the golden files (an AVX-512 CPU)
-
-
-def softmax_like_reference(logits: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dim in the logits' dtype, as the reference's F.softmax computes it; for
-    float32 in a fixed order, so that its last bit (which decides Learn2PD's many ties at 1.0) is the
-    same on every machine: exp(x - max), summed in 16 float32 lanes chunk by chunk and the lanes then
-    halved pairwise, times 1 / sum, as torch's CPU kernel does with AVX-512 vectors (the golden files'
-    machine; an AVX2 CPU sums in 8 lanes and ties positions the reference ranked apart).
-    [..., V] -> [..., V]."""
-    if logits.dtype != torch.float32:
-        return torch.softmax(logits, dim=-1)
-    import numpy as np
-
-    shape = logits.shape
-    rows = logits.detach().reshape(-1, shape[-1]).cpu()  # [R, V]
-    e = torch.exp(rows - rows.max(dim=-1, keepdim=True).values)  # [R, V]
-    pad = (-shape[-1]) % LANES  # zeros leave a lane's sum unchanged
-    chunks = torch.nn.functional.pad(e, (0, pad)).numpy().reshape(rows.shape[0], -1, LANES)  # [R, C, 16]
-    acc = torch.from_numpy(np.add.reduce(chunks, axis=1))  # [R, 16]: lane sums, chunk after chunk
-    while acc.shape[1] > 1:
-        half = acc.shape[1] // 2
-        acc = acc[:, :half] + acc[:, half:]
-    return (e * (1 / acc)).reshape(shape).to(logits.device)
 
 
 @register
