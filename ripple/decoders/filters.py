@@ -3,10 +3,10 @@ block may be committed now, their architectures by name, and the artifact they s
 
 A filter maps per-position features of one block, [N, B] (Learn2PD: the probability of the argmax
 token at each of the block's B positions), to one logit per position, [N, B]; a position is accepted
-where sigmoid(logit) > threshold. Architectures are registered by name (`learn2pd` now; a recipe
-with other features registers its own): each says which features it reads and whether it has a fixed
-block length (Learn2PD's MLP takes exactly B inputs) or none (a width-free filter, `block_length`
-None).
+where sigmoid(logit) > threshold. Architectures are registered by name: each says which features it
+reads and whether it has a fixed block length (`learn2pd`: Learn2PD's MLP takes exactly B inputs) or
+none (`ripple`: a width-free convolution over per-position features [N, B, F] from
+decoders/features.py, its neighbours read by the kernel, `block_length` None).
 
 The artifact is a directory:
 

@@ -32,6 +32,12 @@ with 16 (AVX-512). Ripple computes float32 probabilities in that fixed order on 
 (`softmax_like_reference`); on an 8-lane (AVX2) CPU torch.softmax would tie positions the reference
 ranked apart (2 of the 40 public cases).
 
+A width-free filter (Ripple's recipe, architecture `ripple`) reads instead the per-position features
+its card names, computed by decoders/features.py from the forward's logits, which commit mask and
+step within the block, as `ripple learn label` computes them for training; it sees the block as it
+stands (after a cut, only the positions left), so it needs no padding. Acceptance, floor and EoT rules
+are the same.
+
 Where the reference stops: its filter takes exactly B inputs, so a block that a cut left shorter than B
 while it still holds masks raises a shape error there. Ripple makes every forward before that point as
 the reference does and then feeds the filter the block's p padded to B with zeros (the positions cut
