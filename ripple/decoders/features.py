@@ -9,7 +9,9 @@ Two stages, both shared:
   `is_committed` (the position already holds a token);
 - `assemble(names, columns, step)`: the filter's input [N, B, F] from those columns and the forward's
   index within its block, in the order `names` gives. Derived features: `masks_left` (the block's
-  fraction still masked), `step` (the forward's index within its block) and `position` (j / B).
+  fraction still masked), `step` (the forward's index within its block), `position` (j / B),
+`left_masked` (masked positions before j, over B) and `left_min_confidence` (the lowest confidence
+among them, 1 where none): a token late in the block often depends on the ones before it.
 
 Neighbours are not features here: a width-free filter reads them itself (a convolution over the
 block, zero-padded at its edges), so one filter serves any block length.
@@ -22,7 +24,8 @@ from ..errors import RippleError
 from ..lazy import torch
 
 RAW = ("confidence", "margin", "entropy", "is_committed")  # stored per position by `ripple learn label`
-DERIVED = ("masks_left", "step", "position")  # computed from the raw columns and the record's step
+# computed from the raw columns and the record's step
+DERIVED = ("masks_left", "step", "position", "left_masked", "left_min_confidence")
 KNOWN = RAW + DERIVED
 LABEL_COLUMNS = ("margin", "entropy", "is_committed")  # the columns beside Learn2PD's five
 
@@ -82,11 +85,19 @@ def assemble(names: tuple[str, ...], columns: dict[str, Any], step: Any) -> torc
     committed = cols["is_committed"].to(torch.float32)  # [N, B]
     n, width = committed.shape
     steps = torch.as_tensor(step, dtype=torch.float32).reshape(n, 1).expand(n, width)  # [N, B]
+    masked = 1.0 - committed  # [N, B]
     derived = {
-        "masks_left": (1.0 - committed).mean(dim=1, keepdim=True).expand(n, width),  # [N, B]
+        "masks_left": masked.mean(dim=1, keepdim=True).expand(n, width),  # [N, B]
         "step": steps,
         "position": (torch.arange(width, dtype=torch.float32) / width).expand(n, width),  # [N, B]
     }
+    if "left_masked" in names or "left_min_confidence" in names:
+        # what is still open before each position: masked positions to its left (a share of the block), and
+        # the lowest confidence among them (1 where none): a later token depends on the earlier ones
+        derived["left_masked"] = (torch.cumsum(masked, dim=1) - masked) / width  # [N, B]
+        conf = torch.where(masked > 0, cols["confidence"].to(torch.float32), torch.ones_like(masked))  # [N, B]
+        shifted = torch.cat((torch.ones(n, 1), conf[:, :-1]), dim=1)  # [N, B]: position j sees j - 1
+        derived["left_min_confidence"] = torch.cummin(shifted, dim=1).values  # [N, B]
     out = []
     for name in names:
         if name in derived:

@@ -155,7 +155,8 @@ def _ripple_class() -> type:
     return RippleFilter
 
 
-RIPPLE_FEATURES = ("confidence", "margin", "entropy", "is_committed", "masks_left", "step", "position")
+RIPPLE_FEATURES = ("confidence", "margin", "entropy", "is_committed", "masks_left", "step", "position", "left_masked",
+                   "left_min_confidence")
 
 
 def _build_ripple(block_length: int | None, features: int = len(RIPPLE_FEATURES), hidden: int = 32,
