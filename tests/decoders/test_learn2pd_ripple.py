@@ -48,6 +48,15 @@ def test_assemble_derives_masks_left_step_and_position_in_the_names_order():
     assert set(RIPPLE_FEATURES) <= set(KNOWN)
 
 
+def test_left_features_see_what_is_still_open_before_each_position():
+    cols = {"confidence": torch.tensor([[0.5, 0.9, 0.1, 0.3, 0.7]]),
+            "is_committed": torch.tensor([[True, False, False, True, False]])}
+    X = assemble(("left_masked", "left_min_confidence"), cols, [0])  # [1, 5, 2]
+    assert X[0, :, 0].tolist() == pytest.approx([0.0, 0.0, 0.2, 0.4, 0.4])  # masked positions before j, over B
+    # the lowest confidence among the masked positions before j (committed ones do not count), 1 where none
+    assert X[0, :, 1].tolist() == pytest.approx([1.0, 1.0, 0.9, 0.1, 0.1])
+
+
 def test_one_width_free_filter_serves_block_16_and_32(tmp_path):
     path = _save_ripple(tmp_path, accept_bias=50.0)  # accepts every masked position
     for block in (16, 32):
