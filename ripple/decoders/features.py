@@ -27,7 +27,8 @@ RAW = ("confidence", "margin", "entropy", "is_committed")  # stored per position
 # computed from the raw columns and the record's step
 DERIVED = ("masks_left", "step", "position", "left_masked", "left_min_confidence")
 KNOWN = RAW + DERIVED
-LABEL_COLUMNS = ("margin", "entropy", "is_committed")  # the columns beside Learn2PD's five
+# the columns beside Learn2PD's five (not `committed`: the engine's trace events use that key for commits)
+LABEL_COLUMNS = ("margin", "entropy", "is_committed")
 
 
 LANES = 16  # float32 lanes of the reduction in the softmax that made the golden files (an AVX-512 CPU)

@@ -33,8 +33,8 @@ with 16 (AVX-512). Ripple computes float32 probabilities in that fixed order on 
 ranked apart (2 of the 40 public cases).
 
 A width-free filter (Ripple's recipe, architecture `ripple`) reads instead the per-position features
-its card names, computed by decoders/features.py from the forward's logits, which commit mask and
-step within the block, as `ripple learn label` computes them for training; it sees the block as it
+its card names, computed by decoders/features.py from the forward's logits, the block's commit mask
+and the step within the block, as `ripple learn label` computes them for training; it sees the block as it
 stands (after a cut, only the positions left), so it needs no padding. Acceptance, floor and EoT rules
 are the same.
 
