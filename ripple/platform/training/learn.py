@@ -565,7 +565,8 @@ def plot_curve(path: Path, curve, card: FilterCard) -> Path:
     right.set_ylabel("false-positive rate")
     right.legend()
     right.grid(True)
-    fig.suptitle(f"{card.recipe} filter, block length {card.block_length}: {card.model or '?'} {card.task} "
+    width = "any block length" if card.block_length is None else f"block length {card.block_length}"
+    fig.suptitle(f"{card.recipe} filter, {width}: {card.model or '?'} {card.task} "
                  f"{card.split}, {card.records} records, seed {card.seeds[0]}", fontsize=10)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
