@@ -143,7 +143,8 @@ def learn_label(model: str, task: str, out: str | os.PathLike, *, split: str = "
 def learn_train(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str = "learn2pd",
                 epochs: int | None = None, seed: int = 0, threads: int | None = 1, progress: bool = False) -> Training:
     """Train a filter on `ripple learn label`'s records (Parquet `data`) with `recipe` (Learn2PD's
-    notebook: `learn2pd`), as `ripple learn train` does; writes the filter (safetensors + card), the
+    notebook: `learn2pd`; Ripple's width-free filter chosen by held-out precision: `ripple`), as
+    `ripple learn train` does; writes the filter (safetensors + card), the
     learning curve and the held-out metrics into `out`."""
     from .platform.training.learn import train_filter
 

@@ -541,8 +541,10 @@ def learn_parser(sub) -> None:
     lt.add_argument("--data", required=True, help="the Parquet file `ripple learn label` wrote")
     lt.add_argument("--out", required=True, metavar=DIR, help="output directory: model.safetensors, card.json, "
                     "learning_curve.png, curve.csv")
-    lt.add_argument("--recipe", default="learn2pd", help="the training recipe (default: learn2pd, Learn2PD's notebook)")
-    lt.add_argument("--epochs", type=int, default=None, help="full-batch steps (default: the recipe's; learn2pd 3000)")
+    lt.add_argument("--recipe", default="learn2pd", help="the training recipe: learn2pd (default, Learn2PD's notebook) or ripple "
+                    "(Ripple's width-free filter over margin, entropy, neighbours..., chosen by held-out precision)")
+    lt.add_argument("--epochs", type=int, default=None, help="full-batch steps (default: the recipe's; learn2pd 3000, ripple 1500 "
+                    "per candidate)")
     lt.add_argument("--seed", type=int, default=0, help="seed of the shuffle (Python's random) and of the "
                     "initialisation (torch.manual_seed); default 0")
     lt.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the reference's, and "

@@ -3,10 +3,10 @@ block may be committed now, their architectures by name, and the artifact they s
 
 A filter maps per-position features of one block, [N, B] (Learn2PD: the probability of the argmax
 token at each of the block's B positions), to one logit per position, [N, B]; a position is accepted
-where sigmoid(logit) > threshold. Architectures are registered by name (`learn2pd` now; a recipe
-with other features registers its own): each says which features it reads and whether it has a fixed
-block length (Learn2PD's MLP takes exactly B inputs) or none (a width-free filter, `block_length`
-None).
+where sigmoid(logit) > threshold. Architectures are registered by name: each says which features it
+reads and whether it has a fixed block length (`learn2pd`: Learn2PD's MLP takes exactly B inputs) or
+none (`ripple`: a width-free convolution over per-position features [N, B, F] from
+decoders/features.py, its neighbours read by the kernel, `block_length` None).
 
 The artifact is a directory:
 
@@ -53,6 +53,8 @@ class Architecture:
     # the state dict is not of this architecture
     infer_block_length: Callable[[dict], int | None]
     doc: str = ""
+    # the build options a state dict implies (a width-free filter's feature count, hidden size, window)
+    options: Callable[[dict], dict] = lambda state: {}
 
 
 _ARCHITECTURES: dict[str, Architecture] = {}
@@ -129,10 +131,65 @@ LEARN2PD = register_architecture(Architecture(
     doc="Learn2PD's f_theta: Linear(B, 2B), ReLU, Linear(2B, B) over the block's argmax probabilities"))
 
 
-def build_filter(architecture: str, block_length: int | None):
-    """A fresh filter module of `architecture` for `block_length` (None for a width-free one), float32."""
+@lru_cache(maxsize=None)
+def _ripple_class() -> type:
+    """Ripple's width-free filter, built on first use (no torch import when decoders are imported)."""
+
+    class RippleFilter(torch.nn.Module):
+        """Per-position features [N, B, F] -> logits [N, B] at any block length B: a convolution over a
+        window of 2w+1 positions (the neighbours, zero-padded at the block's edges), ReLU, a per-position
+        layer, ReLU, a per-position logit."""
+
+        def __init__(self, features: int, hidden: int, window: int):
+            super().__init__()
+            self.window = window
+            self.conv = torch.nn.Conv1d(features, hidden, 2 * window + 1, padding=window)
+            self.mix = torch.nn.Conv1d(hidden, hidden, 1)
+            self.out = torch.nn.Conv1d(hidden, 1, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # [N, B, F] float32 -> [N, B] logits
+            h = torch.relu(self.conv(x.transpose(1, 2)))  # [N, H, B]
+            h = torch.relu(self.mix(h))  # [N, H, B]
+            return self.out(h).squeeze(1)  # [N, B]
+
+    return RippleFilter
+
+
+RIPPLE_FEATURES = ("confidence", "margin", "entropy", "is_committed", "masks_left", "step", "position", "left_masked",
+                   "left_min_confidence")
+
+
+def _build_ripple(block_length: int | None, features: int = len(RIPPLE_FEATURES), hidden: int = 32,
+                  window: int = 2):
+    return _ripple_class()(features, hidden, window)
+
+
+def _ripple_options(state: dict) -> dict:
+    w, mix, out = state["conv.weight"], state["mix.weight"], state["out.weight"]  # [H, F, 2w+1], [H, H, 1], [1, H, 1]
+    hidden, features, kernel = (int(d) for d in w.shape)
+    if kernel % 2 != 1 or tuple(mix.shape) != (hidden, hidden, 1) or tuple(out.shape) != (1, hidden, 1):
+        raise ValueError(f"conv.weight {tuple(w.shape)}, mix.weight {tuple(mix.shape)} and out.weight "
+                         f"{tuple(out.shape)} are not [H, F, 2w+1], [H, H, 1] and [1, H, 1]")
+    return {"features": features, "hidden": hidden, "window": kernel // 2}
+
+
+def _infer_ripple(state: dict) -> None:
+    _ripple_options(state)
+    return None
+
+
+RIPPLE = register_architecture(Architecture(
+    name="ripple", features=RIPPLE_FEATURES, fixed_width=False, build=_build_ripple, infer_block_length=_infer_ripple,
+    options=_ripple_options,
+    doc="Ripple's width-free filter: Conv1d over a window of 2w+1 positions of per-position features "
+        "(decoders/features.py), ReLU, Conv1d 1x1, ReLU, Conv1d 1x1 -> one logit per position"))
+
+
+def build_filter(architecture: str, block_length: int | None, **options):
+    """A fresh filter module of `architecture` for `block_length` (None for a width-free one), float32;
+    `options` are the architecture's own (ripple: features, hidden, window)."""
     arch = get_architecture(architecture)
-    return arch.build(block_length if arch.fixed_width else None)
+    return arch.build(block_length if arch.fixed_width else None, **options)
 
 
 # ---------------------------------------------------------------------------- the card
@@ -293,7 +350,10 @@ def read_filter(path: str | os.PathLike) -> LoadedFilter:
         shape_block = arch.infer_block_length(state)
         if shape_block != (card.block_length if arch.fixed_width else None):
             raise ValueError(f"its card says block_length {card.block_length}, its tensors {shape_block}")
-        module = arch.build(card.block_length if arch.fixed_width else None)
+        options = arch.options(state)
+        if "features" in options and options["features"] != len(card.features):
+            raise ValueError(f"its card names {len(card.features)} features, its tensors read {options['features']}")
+        module = arch.build(card.block_length if arch.fixed_width else None, **options)
         module.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True)
     except (KeyError, ValueError, RuntimeError) as exc:
         raise RippleError(f"filter {str(path)!r} does not match architecture {arch.name!r} "

@@ -32,6 +32,12 @@ with 16 (AVX-512). Ripple computes float32 probabilities in that fixed order on 
 (`softmax_like_reference`); on an 8-lane (AVX2) CPU torch.softmax would tie positions the reference
 ranked apart (2 of the 40 public cases).
 
+A width-free filter (Ripple's recipe, architecture `ripple`) reads instead the per-position features
+its card names, computed by decoders/features.py from the forward's logits, the block's commit mask
+and the step within the block, as `ripple learn label` computes them for training; it sees the block as it
+stands (after a cut, only the positions left), so it needs no padding. Acceptance, floor and EoT rules
+are the same.
+
 Where the reference stops: its filter takes exactly B inputs, so a block that a cut left shorter than B
 while it still holds masks raises a shape error there. Ripple makes every forward before that point as
 the reference does and then feeds the filter the block's p padded to B with zeros (the positions cut
@@ -47,7 +53,8 @@ from pathlib import Path
 from ..errors import RippleError
 from ..lazy import torch
 from .base import BlockState, Commit, Plan, RunShape, Scheduler, check_block_steps, most_confident, top1
-from .filters import NO_FILTER, file_sha256, load_filter, WEIGHTS_FILE
+from .features import LANES, assemble, check_names, raw_columns, softmax_like_reference  # noqa: F401 (re-exported)
+from .filters import NO_FILTER, file_sha256, get_architecture, load_filter, WEIGHTS_FILE
 from .params import HyperParams, flag, hp, text
 from .registry import register
 
@@ -75,32 +82,6 @@ def filter_path(params: Learn2PDParams, model_dir: str | None) -> str | None:
     if model_dir and (Path(model_dir) / SHIPPED / WEIGHTS_FILE).is_file():
         return str(Path(model_dir) / SHIPPED)
     return None
-
-
-LANES = 16  # float32 lanes of the reduction in the softmax that made the golden files (an AVX-512 CPU)
-
-
-def softmax_like_reference(logits: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dim in the logits' dtype, as the reference's F.softmax computes it; for
-    float32 in a fixed order, so that its last bit (which decides Learn2PD's many ties at 1.0) is the
-    same on every machine: exp(x - max), summed in 16 float32 lanes chunk by chunk and the lanes then
-    halved pairwise, times 1 / sum, as torch's CPU kernel does with AVX-512 vectors (the golden files'
-    machine; an AVX2 CPU sums in 8 lanes and ties positions the reference ranked apart).
-    [..., V] -> [..., V]."""
-    if logits.dtype != torch.float32:
-        return torch.softmax(logits, dim=-1)
-    import numpy as np
-
-    shape = logits.shape
-    rows = logits.detach().reshape(-1, shape[-1]).cpu()  # [R, V]
-    e = torch.exp(rows - rows.max(dim=-1, keepdim=True).values)  # [R, V]
-    pad = (-shape[-1]) % LANES  # zeros leave a lane's sum unchanged
-    chunks = torch.nn.functional.pad(e, (0, pad)).numpy().reshape(rows.shape[0], -1, LANES)  # [R, C, 16]
-    acc = torch.from_numpy(np.add.reduce(chunks, axis=1))  # [R, 16]: lane sums, chunk after chunk
-    while acc.shape[1] > 1:
-        half = acc.shape[1] // 2
-        acc = acc[:, :half] + acc[:, half:]
-    return (e * (1 / acc)).reshape(shape).to(logits.device)
 
 
 @register
@@ -137,9 +118,12 @@ class Learn2PD(Scheduler):
             raise RippleError(f"learn2pd: {model} ships no filter ({SHIPPED}/); train one with `ripple learn label` "
                               f"and `ripple learn train` and pass --set filter=DIR, or filter=none (LLaDA's generate)")
         self._filter = load_filter(path, shape.block_length, shape.weights) if path else None
-        if self._filter is not None and self._filter.card.features != FEATURES:
+        self._width_free = self._filter is not None and not get_architecture(self._filter.card.architecture).fixed_width
+        if self._width_free:  # it reads what decoders/features.py computes, by the names on its card
+            check_names(self._filter.card.features, f"learn2pd: filter {path!r}")
+        elif self._filter is not None and self._filter.card.features != FEATURES:
             raise RippleError(f"learn2pd: filter {path!r} reads {', '.join(self._filter.card.features)}; this decoder "
-                              f"feeds its filters {', '.join(FEATURES)}")
+                              f"feeds its fixed-width filters {', '.join(FEATURES)}")
 
     def step(self, state: BlockState) -> Plan:
         L = state.tokens.shape[0]
@@ -163,7 +147,13 @@ class Learn2PD(Scheduler):
         masked = state.masked.clone()
         masked[inside:] = False
         accepted = torch.zeros_like(masked)
-        if self._filter is not None:
+        if self._width_free and inside:  # the block as it stands (a cut shortens it): no padding
+            cols = raw_columns(logits[:inside], state.masked[:inside])  # {name: [n]}, as `ripple learn label` stores
+            feats = assemble(self._filter.card.features, {k: v[None] for k, v in cols.items()}, [state.step])  # [1, n, F]
+            sig = torch.zeros(L, dtype=torch.float32)  # [L]: past a cut no candidate
+            sig[:inside] = torch.sigmoid(self._filter.module(feats))[0]
+            accepted = (sig.to(masked.device) > self.params.threshold) & masked
+        elif self._filter is not None:
             feats = torch.zeros(1, self._filter.card.block_length or L, dtype=torch.float32)  # [1, B]: zeros past a cut
             feats[0, :inside] = p[:inside].float().cpu()
             sig = torch.sigmoid(self._filter.module(feats))[0, :L].to(masked.device)  # [L] float32

@@ -198,7 +198,7 @@ def test_filters_that_cannot_serve_the_run_are_refused_in_one_line(tmp_path, gol
     save_filter(tmp_path / "odd", build_filter("learn2pd", 16), FilterCard("learn2pd", 16, ("confidence",)))
     card = json.loads((tmp_path / "odd" / "card.json").read_text())
     (tmp_path / "odd" / "card.json").write_text(json.dumps({**card, "architecture": "nosuch"}))
-    _refused(lambda: load_filter(tmp_path / "odd", 16), "architecture 'nosuch'", "accepted: learn2pd")
+    _refused(lambda: load_filter(tmp_path / "odd", 16), "architecture 'nosuch'", "accepted: learn2pd, ripple")
 
 
 def test_the_filter_loads_once_per_process_and_again_when_its_file_changes(tmp_path, monkeypatch):

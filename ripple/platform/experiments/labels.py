@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ...decoders.base import BlockState, Commit, Plan, RunShape, Scheduler
-from ...decoders.learn2pd import softmax_like_reference
+from ...decoders.features import LABEL_COLUMNS, raw_columns
 from ...decoders.params import HyperParams, hp
 from ...errors import RippleError
 from ...lazy import torch
 
-COLUMNS = ("sample_id", "block", "step", "confidence", "is_correct")
+COLUMNS = ("sample_id", "block", "step", "confidence", "is_correct")  # Learn2PD's records
+# beside them, the raw per-position columns learned filters of other recipes read (decoders/features.py)
+EXTRA_COLUMNS = LABEL_COLUMNS
 META_KEY = b"ripple.learn"  # the Parquet key-value metadata entry: how the records were made (JSON)
 EXPERIMENT = "learn-label"  # the result store's experiment a labelling run stores into by default
 WHERE = "(learn label)"  # the one-cell grid spec's name in its own refusals
@@ -77,9 +79,11 @@ class Labeller(Scheduler):
         if answer is None:
             raise RuntimeError("learn2pd-label: the engine handed no answer (a decoder that follows a reference)")
         x0 = state.logits.argmax(dim=-1)  # [L], the mask id included
-        # the decoder's own features: the softmax in the logits' dtype, float32 in learn2pd's fixed order
-        p = softmax_like_reference(state.logits).gather(-1, x0[:, None]).squeeze(-1)  # [L]
-        info = {"confidence": p.to(torch.float32).tolist(), "is_correct": (x0 == answer).tolist()}
+        # the decoder's own features (decoders/features.py): confidence is the softmax in the logits' dtype,
+        # float32 in learn2pd's fixed order; margin, entropy and is_committed for the other recipes
+        cols = raw_columns(state.logits, state.masked)  # {name: [L]}
+        info = {"confidence": cols["confidence"].tolist(), "is_correct": (x0 == answer).tolist(),
+                **{name: cols[name].tolist() for name in EXTRA_COLUMNS}}
         previous = state.memory.get("x0")
         known = state.masked & (answer >= 0)  # [L]
         if previous is not None and torch.equal(previous, x0):
@@ -102,25 +106,35 @@ class TrainingRecord:
     step: int
     confidence: tuple[float, ...]  # float32 values
     is_correct: tuple[bool, ...]
+    # the extra columns (EXTRA_COLUMNS), empty for records made without them
+    margin: tuple[float, ...] = ()
+    entropy: tuple[float, ...] = ()
+    is_committed: tuple[bool, ...] = ()
 
 
 def trace_records(sample_id: str, trace: str) -> list[TrainingRecord]:
     """A labelled sample's records from its stored decode trace, in forward order."""
     from ..runtime.tracing import Trace
 
-    return [TrainingRecord(sample_id, d.block, d.step, tuple(d.info["confidence"]), tuple(d.info["is_correct"]))
+    return [TrainingRecord(sample_id, d.block, d.step, tuple(d.info["confidence"]), tuple(d.info["is_correct"]),
+                           *(tuple(d.info.get(name, ())) for name in EXTRA_COLUMNS))
             for d in Trace.loads(trace).decisions if "confidence" in d.info]
 
 
 def records_frame(records: list[TrainingRecord]):
-    """The records as the Parquet file holds them (confidence float32, is_correct bool)."""
+    """The records as the Parquet file holds them (confidence float32, is_correct bool), Learn2PD's five
+    columns first; the extra ones (margin, entropy float32; is_committed bool) when every record has them."""
     import polars as pl
 
     schema = {"sample_id": pl.String, "block": pl.Int64, "step": pl.Int64, "confidence": pl.List(pl.Float32),
               "is_correct": pl.List(pl.Boolean)}
-    return pl.DataFrame([[r.sample_id for r in records], [r.block for r in records], [r.step for r in records],
-                         [list(r.confidence) for r in records], [list(r.is_correct) for r in records]],
-                        schema=schema, orient="col")
+    data = [[r.sample_id for r in records], [r.block for r in records], [r.step for r in records],
+            [list(r.confidence) for r in records], [list(r.is_correct) for r in records]]
+    if records and all(len(getattr(r, name)) == len(r.confidence) for r in records for name in EXTRA_COLUMNS):
+        for name in EXTRA_COLUMNS:
+            schema[name] = pl.List(pl.Boolean if name == "is_committed" else pl.Float32)
+            data.append([list(getattr(r, name)) for r in records])
+    return pl.DataFrame(data, schema=schema, orient="col")
 
 
 def write_records(records: list[TrainingRecord], out: Path, meta: dict[str, Any]) -> None:

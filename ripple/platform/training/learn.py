@@ -9,12 +9,19 @@ step per epoch followed by the notebook's validation pass (loss and false-positi
 held-out records are scored once at the end as the notebook's last cell does. Nothing here draws
 from the caller's random state: the shuffle has its own generator and the seeding is forked.
 
+Recipe `ripple` (Ripple's own) trains a width-free filter (decoders/filters.py, architecture `ripple`)
+on the per-position features of decoders/features.py (the labelling file's extra columns margin,
+entropy and is_committed beside Learn2PD's five), on masked positions only, for a few candidate settings
+(hidden size, neighbour window), and keeps the one with the best validation precision at the acceptance
+threshold among those that accept at least `MIN_RECALL` of the correct positions (recall breaks ties).
+
 The artifact is `save_filter`'s (ripple/decoders/filters.py: model.safetensors + card.json), with the
 per-epoch curve (curve.csv) and its plot (learning_curve.png) beside it.
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -24,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ...decoders.filters import FilterCard, build_filter, enter, file_sha256, get_architecture, lookup, save_filter
+from ...decoders.features import LABEL_COLUMNS, assemble
+from ...decoders.filters import (RIPPLE_FEATURES, FilterCard, build_filter, enter, file_sha256, get_architecture,
+                                 lookup, save_filter)
 from ...errors import RippleError
 
 # the labelling file's columns and metadata key as ripple/platform/experiments/labels.py writes them (named
@@ -48,6 +57,9 @@ class Records:
     meta: dict[str, Any]  # how they were labelled (the file's metadata; {} for a file without it)
     path: str
     sha256: str
+    # the extra per-position columns (LABEL_COLUMNS: margin, entropy float32, is_committed bool), numpy [n, B]
+    # each; empty for a file labelled without them
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -111,13 +123,42 @@ def read_records(path: str | os.PathLike) -> Records:
     if not np.isfinite(X).all() or (X < 0).any() or (X > 1).any():
         raise _bad(given, "a confidence outside [0, 1]")
     y = np.array(frame["is_correct"].to_list(), dtype=np.float32)  # [n, B]
+    extra = _extra_columns(given, frame, table, X.shape)
     raw = (table.schema.metadata or {}).get(META_KEY)
     try:
         meta = json.loads(raw) if raw else {}
     except ValueError:
         meta = {}
     return Records(X, y, tuple(frame["sample_id"].to_list()), tuple(frame["step"].to_list()),
-                   meta if isinstance(meta, dict) else {}, given, file_sha256(where))
+                   meta if isinstance(meta, dict) else {}, given, file_sha256(where), extra)
+
+
+def _extra_columns(given: str, frame, table, shape) -> dict[str, Any]:
+    """The extra columns as numpy [n, B] (all of them or none), checked as the five are."""
+    import numpy as np
+    import polars as pl
+
+    present = [c for c in LABEL_COLUMNS if c in frame.columns]
+    if not present:
+        return {}
+    if len(present) < len(LABEL_COLUMNS):
+        missing = [c for c in LABEL_COLUMNS if c not in present]
+        raise _bad(given, f"has {', '.join(present)} but not {', '.join(missing)}")
+    out = {}
+    for name in LABEL_COLUMNS:
+        inner, text = ((pl.Boolean,), "booleans") if name == "is_committed" else ((pl.Float32, pl.Float64), "floats")
+        dtype = frame.schema[name]
+        if not isinstance(dtype, pl.List) or dtype.inner not in inner:
+            raise _bad(given, f"column {name} is {table.schema.field(name).type}, expected a list of {text}")
+        if frame[name].null_count() or frame[name].list.eval(pl.element().is_null().any()).explode().any():
+            raise _bad(given, f"column {name} holds a null")
+        if (frame[name].list.len() != shape[1]).any():
+            raise _bad(given, f"column {name} has rows of another width than confidence's {shape[1]}")
+        values = np.array(frame[name].to_list(), dtype=np.bool_ if name == "is_committed" else np.float32)  # [n, B]
+        if values.dtype != np.bool_ and not np.isfinite(values).all():
+            raise _bad(given, f"a {name} that is not finite")
+        out[name] = values
+    return out
 
 
 # ---------------------------------------------------------------------------- the split
@@ -149,8 +190,10 @@ class Recipe:
     name: str
     architecture: str
     epochs: int  # the default number of full-batch steps
+    # (records, split, *, epochs, seed, progress) -> Fit: trains, and scores the held-out records
     train: Callable[..., "Fit"]
     doc: str = ""
+    needs: tuple[str, ...] = ()  # the labelling file's extra columns it reads
 
 
 @dataclass(frozen=True)
@@ -160,6 +203,8 @@ class Fit:
     module: Any
     curve: tuple[tuple[int, float, float, float], ...]  # (epoch, train loss, val loss, val false positives at 0.9)
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the recipe's held-out figures (card metrics)
+    features: tuple[str, ...] = ()  # what the filter reads (empty: the architecture's)
 
 
 _RECIPES: dict[str, Recipe] = {}
@@ -220,10 +265,153 @@ def _train_learn2pd(X, y, Xv, yv, *, block_length: int, epochs: int, seed: int, 
                                       "loss": "BCEWithLogitsLoss (mean)", "threshold": THRESHOLD})
 
 
+def _recipe_learn2pd(records: "Records", split: "Split", *, epochs: int, seed: int, progress: bool) -> Fit:
+    """The notebook on the confidences: trains, then its last cell on the held-out records."""
+    import torch
+
+    def part(idx):  # [k, B] each, in the shuffled order
+        ix = list(idx)
+        return torch.from_numpy(records.confidence[ix]), torch.from_numpy(records.labels[ix])
+
+    (X, y), (Xv, yv), (Xt, yt) = part(split.train), part(split.val), part(split.test)
+    fit = _train_learn2pd(X, y, Xv, yv, block_length=records.block_length, epochs=epochs, seed=seed, progress=progress)
+    return dataclasses.replace(fit, metrics={"test_at_0.9": held_out_metrics(fit.module, Xt, yt)})
+
+
 LEARN2PD = register_recipe(Recipe(
-    "learn2pd", "learn2pd", 3000, _train_learn2pd,
+    "learn2pd", "learn2pd", 3000, _recipe_learn2pd,
     doc="Learn2PD's train.ipynb: shuffle under the seed, 80/10/10, torch.manual_seed, BCE with logits, AdamW "
         "lr 0.003, full batch (the notebook runs 40,000 epochs; 3,000 here by default)"))
+
+
+# ---------------------------------------------------------------------------- Ripple's recipe
+SELECT_THRESHOLD = 0.96  # learn2pd's default acceptance threshold: the precision there decides
+MIN_RECALL = 0.1  # a candidate must accept at least this share of the correct masked positions
+RIPPLE_EPOCHS = 1500
+RIPPLE_LR = 0.01
+# the candidate settings, in order (an exact tie goes to the earlier): hidden size, neighbour window
+RIPPLE_CANDIDATES = ({"hidden": 16, "window": 1}, {"hidden": 32, "window": 1}, {"hidden": 32, "window": 2})
+
+
+def ripple_inputs(records: "Records", idx, features: tuple[str, ...] = RIPPLE_FEATURES):
+    """The ripple recipe's tensors for records `idx`: X [k, B, F] (decoders/features.py, as the decoder
+    assembles them), y [k, B] labels, masked [k, B] bool (the candidates: not yet committed)."""
+    import torch
+
+    ix = list(idx)
+    columns = {"confidence": records.confidence[ix], **{k: v[ix] for k, v in records.extra.items()}}
+    X = assemble(features, columns, [records.steps[i] for i in ix])  # [k, B, F]
+    return X, torch.from_numpy(records.labels[ix]), torch.from_numpy(~records.extra["is_committed"][ix])
+
+
+def acceptance(module, X, y, masked, threshold: float) -> dict[str, Any]:
+    """Precision and recall of what a filter accepts at `threshold` among masked positions: precision =
+    correct accepted / accepted (None when it accepts nothing), recall = correct accepted / correct."""
+    import torch
+
+    with torch.no_grad():
+        accepted = (torch.sigmoid(module(X)) > threshold) & masked  # [k, B]
+    correct = (y > 0.5) & masked  # [k, B]
+    hits, n_acc, n_pos = int((accepted & correct).sum()), int(accepted.sum()), int(correct.sum())
+    return {"threshold": threshold, "precision": hits / n_acc if n_acc else None,
+            "recall": hits / n_pos if n_pos else None, "accepted": n_acc, "correct": n_pos,
+            "masked": int(masked.sum())}
+
+
+def choose(scores: list[dict[str, Any]], min_recall: float = MIN_RECALL) -> int:
+    """The candidate to keep: the highest precision (to 4 decimals) among those whose recall reaches
+    `min_recall`, then the higher recall, then the earlier; if none reaches it, the highest recall (a
+    filter that accepts nothing never wins on an undefined precision)."""
+    def key(i):
+        s = scores[i]
+        recall = s["recall"] or 0.0
+        if recall >= min_recall and s["precision"] is not None:
+            return (1, round(s["precision"], 4), recall, -i)
+        return (0, 0.0, recall, -i)
+
+    return max(range(len(scores)), key=key)
+
+
+def _fit_masked(X, y, m, Xv, yv, mv, *, hidden: int, window: int, epochs: int, seed: int, bar) -> tuple[Any, list]:
+    """One candidate: full-batch AdamW on BCE with logits over masked positions only."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = build_filter("ripple", None, features=X.shape[-1], hidden=hidden, window=window)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=RIPPLE_LR)
+    w, wv = m.float(), mv.float()  # [n, B], [m, B]: committed positions are no candidates
+
+    def loss_of(logits, target, weight):  # mean BCE over the masked positions
+        raw = torch.nn.functional.binary_cross_entropy_with_logits(logits, target, reduction="none")  # [k, B]
+        return (raw * weight).sum() / weight.sum().clamp(min=1.0)
+
+    curve = []
+    for epoch in range(epochs):
+        module.train()
+        optimizer.zero_grad()
+        loss = loss_of(module(X), y, w)  # X [n, B, F] -> [n, B]
+        loss.backward()
+        optimizer.step()
+        module.eval()
+        with torch.no_grad():
+            val_logits = module(Xv)  # [m, B]
+            val_loss = loss_of(val_logits, yv, wv).item()
+            preds = ((torch.sigmoid(val_logits) > THRESHOLD) & mv).float()
+            curve.append((epoch, loss.item(), val_loss, false_positive(preds, yv * wv)))
+        bar.update(1)
+        if epoch % 100 == 0 or epoch == epochs - 1:
+            bar.set_postfix_str(f"h{hidden} w{window} loss {curve[-1][1]:.4f} val {val_loss:.4f}", refresh=False)
+    module.eval()
+    module.requires_grad_(False)
+    return module, curve
+
+
+def _recipe_ripple(records: "Records", split: "Split", *, epochs: int, seed: int, progress: bool,
+                   candidates: tuple[dict[str, int], ...] = RIPPLE_CANDIDATES,
+                   threshold: float = SELECT_THRESHOLD) -> Fit:
+    """Train every candidate on the training records, keep the one `choose` prefers on the validation
+    records' precision at `threshold`, score it once on the held-out records."""
+    from ...progress import progress as progress_bar
+
+    if not records.extra:
+        raise RippleError(f"--data {records.path}: has no {', '.join(LABEL_COLUMNS)} columns (labelled before the "
+                          f"ripple recipe existed); relabel it with `ripple learn label` for --recipe ripple")
+    (X, y, m), (Xv, yv, mv), (Xt, yt, mt) = (ripple_inputs(records, part)
+                                             for part in (split.train, split.val, split.test))
+    bar = progress_bar(total=epochs * len(candidates), disable=not progress, unit="epoch", dynamic_ncols=True,
+                       desc="ripple")
+    fits, scores = [], []
+    try:
+        for cand in candidates:
+            module, curve = _fit_masked(X, y, m, Xv, yv, mv, hidden=cand["hidden"], window=cand["window"],
+                                        epochs=epochs, seed=seed, bar=bar)
+            fits.append((module, curve))
+            scores.append(acceptance(module, Xv, yv, mv, threshold))
+    finally:
+        bar.close()
+    pick = choose(scores)
+    module, curve = fits[pick]
+    test = acceptance(module, Xt, yt, mt, threshold)
+    metrics = {
+        "chosen": dict(candidates[pick]),
+        "chosen_by": f"validation precision at {threshold} (masked positions), recall >= {MIN_RECALL}, "
+                     f"then recall",
+        "candidates": [{**dict(c), "val": s} for c, s in zip(candidates, scores)],
+        "val_at_threshold": scores[pick],
+        "test_at_threshold": test,
+    }
+    hyper = {"optimizer": "AdamW", "lr": RIPPLE_LR, "weight_decay": 0.01, "batch": "full",
+             "loss": "BCEWithLogitsLoss (mean over masked positions)", "threshold": threshold,
+             "min_recall": MIN_RECALL, **dict(candidates[pick])}
+    return Fit(module, tuple(curve), hyper, metrics, RIPPLE_FEATURES)
+
+
+RIPPLE = register_recipe(Recipe(
+    "ripple", "ripple", RIPPLE_EPOCHS, _recipe_ripple, needs=LABEL_COLUMNS,
+    doc="Ripple's: a width-free filter over confidence, margin, entropy, committed, masks left, step and position "
+        "with its neighbours, trained on masked positions; the candidate with the best validation precision at "
+        f"{SELECT_THRESHOLD} is kept"))
 
 
 # ---------------------------------------------------------------------------- the workflow
@@ -239,16 +427,23 @@ class Training:
 
     def summary(self) -> str:
         c, m = self.card, self.card.metrics
-        test = m["test_at_0.9"]
         sizes = m["split"]
-        return (f"{self.out}: {c.recipe} filter ({c.architecture}, block_length {c.block_length}) from {c.records} "
+        width = "any block length" if c.block_length is None else f"block_length {c.block_length}"
+        head = (f"{self.out}: {c.recipe} filter ({c.architecture}, {width}) from {c.records} "
                 f"records of {c.prompts} prompts ({c.model or 'model unknown'}, {c.task or 'task unknown'} "
                 f"{c.split}; train/val/test {sizes['train']}/{sizes['val']}/{sizes['test']}), {c.epochs} epochs at "
                 f"seed {c.seeds[0]} in {self.seconds:.1f} s\n"
-                f"final train loss {_fmt(m['final_train_loss'])}, val loss {_fmt(m['final_val_loss'])}; held-out "
-                f"(test) at 0.9: accuracy {_fmt(test['accuracy'])}, false positive {_fmt(test['false_positive'])}, "
-                f"false negative {_fmt(test['false_negative'])}\n"
-                f"card {self.out / 'card.json'}; curve {self.curve_file}; plot {self.plot}")
+                f"final train loss {_fmt(m['final_train_loss'])}, val loss {_fmt(m['final_val_loss'])}; ")
+        if "test_at_0.9" in m:
+            test = m["test_at_0.9"]
+            body = (f"held-out (test) at 0.9: accuracy {_fmt(test['accuracy'])}, false positive "
+                    f"{_fmt(test['false_positive'])}, false negative {_fmt(test['false_negative'])}")
+        else:
+            test, chosen = m["test_at_threshold"], m["chosen"]
+            body = (f"chose {', '.join(f'{k} {v}' for k, v in chosen.items())} of {len(m['candidates'])} candidates; "
+                    f"held-out (test) at {test['threshold']} over masked positions: precision "
+                    f"{_fmt(test['precision'])}, recall {_fmt(test['recall'])}")
+        return head + body + f"\ncard {self.out / 'card.json'}; curve {self.curve_file}; plot {self.plot}"
 
 
 def _fmt(v: float | None) -> str:
@@ -289,6 +484,10 @@ def train_filter(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise RippleError(f"--threads must be a positive number of threads, got {threads!r}")
     records = read_records(data)
+    if chosen.needs and not records.extra:
+        raise RippleError(f"--data {records.path}: has no {', '.join(chosen.needs)} columns (labelled before the "
+                          f"{chosen.name} recipe existed); relabel it with `ripple learn label` for --recipe "
+                          f"{chosen.name}")
     arch = get_architecture(chosen.architecture)
     split = notebook_split(records.n, seed)
     if not split.val or not split.test:
@@ -299,14 +498,7 @@ def train_filter(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str
     if threads:
         torch.set_num_threads(threads)
     try:
-        def part(idx):  # [k, B] each, in the shuffled order
-            ix = list(idx)
-            return torch.from_numpy(records.confidence[ix]), torch.from_numpy(records.labels[ix])
-
-        (X, y), (Xv, yv), (Xt, yt) = part(split.train), part(split.val), part(split.test)
-        fit = chosen.train(X, y, Xv, yv, block_length=records.block_length, epochs=epochs, seed=seed,
-                           progress=progress)
-        test = held_out_metrics(fit.module, Xt, yt)
+        fit = chosen.train(records, split, epochs=epochs, seed=seed, progress=progress)
     finally:
         torch.set_num_threads(before)
     seconds = time.perf_counter() - started
@@ -319,7 +511,7 @@ def train_filter(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str
         "average_steps_as_printed_by_the_notebook": records.n / blocks if blocks else None,
         "final_train_loss": _finite(last[1]), "final_val_loss": _finite(last[2]),
         "final_val_false_positive_at_0.9": _finite(last[3]),
-        "test_at_0.9": test,
+        **fit.metrics,
         "curve": {"columns": ["epoch", "train_loss", "val_loss", "val_false_positive_at_0.9"],
                   "rows": [[e, _finite(a), _finite(b), _finite(c)] for e, a, b, c in fit.curve
                            if e % CURVE_EVERY == 0 or e == len(fit.curve) - 1]},
@@ -331,7 +523,7 @@ def train_filter(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str
                                      "weights") if k in meta}
     settings.update(data=records.path, data_sha256=records.sha256)
     card = FilterCard(
-        chosen.architecture, records.block_length if arch.fixed_width else None, arch.features,
+        chosen.architecture, records.block_length if arch.fixed_width else None, fit.features or arch.features,
         model=str(meta.get("model", "")), model_sha256=str(meta.get("weights_sha256") or ""),
         task=str(meta.get("task", "")), split=str(meta.get("split", "")),
         prompts=int(meta.get("prompts") or len(set(records.sample_ids))), records=records.n, recipe=chosen.name,
@@ -373,7 +565,8 @@ def plot_curve(path: Path, curve, card: FilterCard) -> Path:
     right.set_ylabel("false-positive rate")
     right.legend()
     right.grid(True)
-    fig.suptitle(f"{card.recipe} filter, block length {card.block_length}: {card.model or '?'} {card.task} "
+    width = "any block length" if card.block_length is None else f"block length {card.block_length}"
+    fig.suptitle(f"{card.recipe} filter, {width}: {card.model or '?'} {card.task} "
                  f"{card.split}, {card.records} records, seed {card.seeds[0]}", fontsize=10)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path

@@ -85,7 +85,11 @@ def test_label_writes_the_records_as_parquet_and_resumes(tmp_path, reference, ra
     assert again.returncode == 0, again.stderr
     assert "8 records of 2 prompts" in again.stdout and "1 labelled now, 1 already stored" in again.stdout
     table = pq.read_table(out)
-    assert table.column_names == ["sample_id", "block", "step", "confidence", "is_correct"]
+    # Learn2PD's five columns, then the per-position columns other recipes read (decoders/features.py)
+    assert table.column_names == ["sample_id", "block", "step", "confidence", "is_correct", "margin", "entropy",
+                                  "is_committed"]
+    assert all(len(r["margin"]) == len(r["entropy"]) == len(r["is_committed"]) == 16 for r in table.to_pylist())
+    assert [r["is_committed"] for r in table.to_pylist() if r["step"] == 0] == [[False] * 16] * 6
     assert pa.types.is_float32(table.schema.field("confidence").type.value_type)  # float32 values
     assert pa.types.is_boolean(table.schema.field("is_correct").type.value_type)
     rows = table.to_pylist()

@@ -213,7 +213,7 @@ def test_bad_data_files_are_one_line_and_exit_2(tmp_path, data):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--recipe", "learn2pdd"], "unknown recipe 'learn2pdd' (did you mean 'learn2pd'?); accepted: learn2pd"),
+    (["--recipe", "learn2pdd"], "unknown recipe 'learn2pdd' (did you mean 'learn2pd'?); accepted: learn2pd, ripple"),
     (["--epochs", "0"], "--epochs must be a positive number of epochs, got 0"),
     (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
     (["--threads", "0"], "--threads must be a positive number of threads, got 0"),
