@@ -137,20 +137,16 @@ class APD(Scheduler):
         """The verifier's float32 logits [L, V] for the draft positions (row i predicts position cur + i,
         from the committed tokens and draft[:i]; row 0 is never compared): a prefill of the context, the
         committed response and the draft at step 0, then the draft on its cache of the committed tokens."""
-        model = state.models["verifier"]
-        device = model.embed.weight.device
+        model = state.models["verifier"]  # the engine's counted handle: `causal_step` is the platform's causal forward
         kv = state.sample_memory.get("verifier_kv")
         L = draft.shape[0]
         if kv is None:
-            ids = torch.cat((state.context, state.tokens[:cur], draft.to(state.tokens.device)))[None].to(device)
+            ids = torch.cat((state.context, state.tokens[:cur], draft.to(state.tokens.device)))[None]  # [1, T]
             T = ids.shape[1]
-            out = model(ids, torch.arange(T, device=device)[None], return_kv=True)
-            rows, kv = out.logits[0, T - L - 1:T - 1], out.kv  # [L, V]
+            out = model.causal_step(ids)
+            rows = out.logits[0, T - L - 1:T - 1]  # [L, V]
         else:
-            P = kv.length
-            out = model(draft[None].to(device), torch.arange(P, P + L, device=device)[None], kv=kv,
-                        window=(P, P + L), return_kv=True)
+            out = model.causal_step(draft[None], past=kv)
             rows = torch.cat((out.logits[0, :1], out.logits[0, :-1]))  # [L, V]: row 0 a stand-in, never compared
-            kv = kv.merge(out.kv, P, P + L, P + L)
-        state.sample_memory["verifier_kv"] = kv
-        return rows.float()
+        state.sample_memory["verifier_kv"] = out.kv
+        return rows

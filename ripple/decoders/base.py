@@ -231,7 +231,8 @@ class BlockState:
         self.rest: torch.Tensor | None = None
         self.rest_tokens: torch.Tensor | None = None
         # the models the decoder declared beside the dLLM (`Scheduler.auxiliary_models`), by role; each call
-        # of one counts a forward of that role for this sample, apart from NFE. Empty for the others
+        # of one counts a forward of that role for this sample, apart from NFE (a causal LM's `causal_step(ids,
+        # past)` is the platform's causal forward, counted). Empty for the others
         self.models: dict[str, Any] = {}
         # the sample's tokens before the block (its prompt and earlier blocks, no padding) [P]: a view; what
         # a decoder's own model reads as context (APD's verifier)

@@ -56,7 +56,8 @@ def models_for(decoder: Scheduler, loaded: Mapping[str, Any]) -> dict[str, Any]:
 
 class Counted:
     """A model handed to one sample's steps: every call counts one forward in `counts[row]`; every
-    other attribute is the model's."""
+    other attribute is the model's. A causal LM's step (`causal_step`) is offered here, so a decoder,
+    which may not import the platform, runs the same causal forward as everything else."""
 
     def __init__(self, model: Any, counts: list[int], row: int):
         self.model, self.counts, self.row = model, counts, row
@@ -67,6 +68,12 @@ class Counted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.counts[self.row] += 1
         return self.model(*args, **kwargs)
+
+    def causal_step(self, ids: Any, past: Any = None) -> Any:
+        """`causal_forward` of this (causal) model, counted: `CausalOutput(logits [B, L, V] float32, kv)`."""
+        from .causal import causal_forward
+
+        return causal_forward(self, ids, past=past)
 
 
 # kind (`params.AUXILIARY_KINDS`) -> how a model of that kind loads: (name, dtype, device) -> LoadedModel
