@@ -273,12 +273,27 @@ def save_filter(directory: str | os.PathLike, module, card: FilterCard) -> Filte
     weights = out / WEIGHTS_FILE
     tmp = out / f".{WEIGHTS_FILE}.tmp"
     save_file(state, str(tmp), metadata=meta)
+    _sort_header(tmp)
     os.replace(tmp, weights)
     card = dataclasses.replace(card, weights_sha256=file_sha256(weights))
     tmp = out / f".{CARD_FILE}.tmp"
     tmp.write_text(card.to_json())
     os.replace(tmp, out / CARD_FILE)
     return card
+
+
+def _sort_header(path: Path) -> None:
+    """Rewrite a safetensors file's JSON header with its keys sorted, in place and at the same length:
+    safetensors writes the metadata map in no fixed order, so the same filter trained twice would get
+    another sha256, and with it another cell id."""
+    with open(path, "r+b") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        header = fh.read(n)
+        text = json.dumps(json.loads(header), separators=(",", ":"), sort_keys=True).encode()
+        if len(text) > n:  # never: the same keys and values, compact
+            raise RippleError(f"{path}: cannot rewrite the safetensors header in place")
+        fh.seek(8)
+        fh.write(text + b" " * (n - len(text)))  # the format pads its header with spaces
 
 
 def _one_line(exc: BaseException) -> str:
