@@ -512,12 +512,23 @@ class SpecParser:
         if len({c.decoder: c.local for c in cells}) < len({(c.decoder, c.local) for c in cells}):
             raise self.fail("two local decoder classes share a name; give each its own `name`")
         self.auxiliaries_fit(cells)
-        ids = [c.cell_id for c in cells]
+        ids = self.cell_ids(cells)
         if len(set(ids)) != len(ids):
             raise self.fail("two decoder entries describe the same cell; remove the duplicate")
         return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description,
                         self.batch_size(raw.get("batch_size", 1)), tuple(self.if_data),
                         traces=self.flag(raw.get("traces", False), "traces"))
+
+    def cell_ids(self, cells) -> list[str]:
+        """Every cell's id; a decoder configuration whose file the model does not ship (`Scheduler.artifacts`,
+        a learned filter) is refused now, naming the model, not in a worker."""
+        ids = []
+        for c in cells:
+            try:
+                ids.append(c.cell_id)
+            except RippleError as exc:
+                raise self.fail(f"model {c.model!r}, decoder {c.label()!r}: {exc}") from None
+        return ids
 
     def decoders_fit(self, models: list[str], decoders: list[tuple[type, dict, frozenset | None]]) -> None:
         """Refuse a decoder entry on a model (embedded or local) whose kind of family it cannot decode (a
