@@ -231,9 +231,11 @@ BAD = [
     ("option a task does not take", GOOD.replace("tasks: [arith]", "tasks: {arith: {limit: 5, timeout_s: 10}}"),
      "unknown key 'timeout_s' in task 'arith'; accepted: limit"),
     ("sandbox option typo", GOOD.replace("tasks: [arith]", "tasks: {humaneval: {timeout: 10}}"),
-     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, gen_lengths, block_lengths, if_data, timeout_s, cpu_s, memory_mb"),
+     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, gen_lengths, block_lengths, if_data, models, timeout_s, cpu_s, memory_mb"),
     ("bad sandbox limit", GOOD.replace("tasks: [arith]", "tasks: {mbpp: {memory_mb: -5}}"),
      "task mbpp: memory_mb must be a positive number, got -5"),
+    ("task restricted to a model not in the grid", GOOD.replace("tasks: [arith]", "tasks: {arith: {models: [ripple-tiny-bd]}}"),
+     "task 'arith' is restricted to model 'ripple-tiny-bd', which is not in 'models': ripple-tiny"),
     ("unknown chat form", GOOD + "chat: twoturn\n",
      "'chat' takes false, true (= multiturn), multiturn or singleturn, got 'twoturn'"),
     ("zero batch size", GOOD + "batch_size: 0\n",
@@ -389,6 +391,20 @@ def test_sub_block_length_is_id_neutral_unset_and_checked():
         with pytest.raises(RippleError, match="sub_block_length") as exc:
             parse_spec(yaml.safe_load(base + f"sub_block_length: {bad}\n"), "t")
         assert "\n" not in str(exc.value)
+
+
+def test_a_tasks_models_restrict_it_to_some_of_the_grids_models():
+    """One grid over models trained on different tasks: a task's `models` keeps its cells to those models,
+    with the task's own lengths; the other tasks run on every model."""
+    import yaml
+
+    text = GOOD.replace("[ripple-tiny]", "[ripple-tiny, ripple-tiny-lines]").replace(
+        "tasks: [arith]", "tasks: {arith: {models: [ripple-tiny]}, pyfunc: {},\n"
+        "        lines/copy: {models: [ripple-tiny-lines], gen_lengths: [32], block_lengths: [32]}}")
+    cells = parse_spec(yaml.safe_load(text), "t").cells
+    assert sorted((c.model, c.task, c.gen_length, c.block_length) for c in cells) == [
+        ("ripple-tiny", "arith", 48, 16), ("ripple-tiny", "pyfunc", 48, 16), ("ripple-tiny-lines", "lines/copy", 32, 32),
+        ("ripple-tiny-lines", "pyfunc", 48, 16)]
 
 
 def replace_settings(cell, **changes):
