@@ -120,7 +120,7 @@ def leaderboard(store: str | os.PathLike | None = None, out: str | os.PathLike |
     return build_leaderboard(Path(store).expanduser() if store is not None else default_store(), out)
 
 
-def learn_label(model: str, task: str, out: str | os.PathLike, *, split: str = "train", limit: int | None = None,
+def learn_label(model: str, task: str | list[str], out: str | os.PathLike, *, split: str = "train", limit: int | None = None,
                 gen_length: int = DEFAULT_GEN_LENGTH, block_length: int = DEFAULT_BLOCK_LENGTH,
                 steps: int | None = None, dtype: str = "auto", data_dir: str | None = None,
                 store: str | os.PathLike | None = None, experiment: str | None = None, workers: int | None = None,
@@ -128,7 +128,8 @@ def learn_label(model: str, task: str, out: str | os.PathLike, *, split: str = "
     """Learn2PD's training records for the first `limit` examples of `task`'s `split`, as `ripple learn
     label` writes them: a plain run per prompt gives the answer, then the labelling run records each
     forward's confidences and which positions already hold the answer (Parquet `out`). It runs as a
-    one-cell grid on Ray workers into the result store (`store`, `experiment`), so it resumes."""
+    one-cell grid on Ray workers into the result store (`store`, `experiment`), so it resumes. Several
+    tasks (a comma list or a list) are labelled together, `limit` each, and pooled into one file."""
     from .platform.experiments.labels import EXPERIMENT, label
 
     writable_path(out, "--out", FILE)

@@ -518,7 +518,8 @@ def learn_parser(sub) -> None:
     la = lsub.add_parser("label", help="Learn2PD's training records: per forward of the labelling run, the block's "
                          "confidences and which positions already hold the answer (Ray workers, resumable)")
     la.add_argument("--model", required=True, help=MODEL_HELP)
-    la.add_argument("--task", required=True, help="a registered task (`ripple tasks` lists them)")
+    la.add_argument("--task", required=True, help="a registered task (`ripple tasks` lists them), or a comma list "
+                    "(arith,pyfunc,freefunc): --limit prompts of each, pooled into one file in that order")
     la.add_argument("--split", default="train", help="the task's split (default: train)")
     la.add_argument("--limit", type=int, default=None, help="the first N examples of the split (default: all)")
     la.add_argument("--gen-length", type=int, default=48, help="response positions (default 48)")

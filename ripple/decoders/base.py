@@ -383,7 +383,8 @@ class Scheduler(ABC):
     def artifacts(cls, params: HyperParams, model_dir: str | None) -> dict[str, str]:
         """Files this configuration reads whose content changes its results (a learned filter), as
         {what: sha256}, for the cell's identity: a changed file is a new cell, as a changed checkpoint is.
-        `model_dir`: the model's folder where known (data it ships), else None."""
+        `model_dir`: the model's folder where known (data it ships), else None. Raises RippleError (one
+        line) for a configuration whose file the model's folder does not hold, so a grid refuses it up front."""
         return {}
 
     @property

@@ -38,6 +38,11 @@ and the step within the block, as `ripple learn label` computes them for trainin
 stands (after a cut, only the positions left), so it needs no padding. Acceptance, floor and EoT rules
 are the same.
 
+Shipped filters: a model folder may ship one filter per recipe, `learn2pd_filter/` (Learn2PD's recipe) and
+`learn2pd_filter_ripple/` (Ripple's); `filter=learn2pd` and `filter=ripple` pick the model's own, the empty
+default is `learn2pd`. A model without the one asked for is refused in one line naming `ripple learn` (by a
+grid before it starts: `artifacts` raises where the model's folder is known).
+
 Where the reference stops: its filter takes exactly B inputs, so a block that a cut left shorter than B
 while it still holds masks raises a shape error there. Ripple makes every forward before that point as
 the reference does and then feeds the filter the block's p padded to B with zeros (the positions cut
@@ -58,30 +63,57 @@ from .filters import NO_FILTER, file_sha256, get_architecture, load_filter, WEIG
 from .params import HyperParams, flag, hp, text
 from .registry import register
 
-SHIPPED = "learn2pd_filter"  # the filter a model ships in its folder (a `save_filter` directory)
+SHIPPED = "learn2pd_filter"  # the filter a model ships in its folder (a `save_filter` directory): Learn2PD's recipe
+# the filters a model may ship, by the recipe that trained them (`ripple learn train --recipe`): `filter=RECIPE`
+# picks the model's own; the empty default is Learn2PD's (the paper's decoder)
+SHIPPED_BY_RECIPE = {"learn2pd": SHIPPED, "ripple": f"{SHIPPED}_ripple"}
+DEFAULT_RECIPE = "learn2pd"
 FEATURES = ("confidence",)  # what the filter reads per block position: the argmax token's probability
 
 
 @dataclass(frozen=True)
 class Learn2PDParams(HyperParams):
-    filter: str = text("", doc="the filter (a directory from `ripple learn train`, or a .safetensors file); "
-                       "none: no filter (LLaDA's generate); empty: the model's shipped learn2pd_filter/")
+    filter: str = text("", doc="the filter: learn2pd or ripple (the model's shipped filter of that recipe: "
+                       "learn2pd_filter/, learn2pd_filter_ripple/), a directory from `ripple learn train` or a "
+                       ".safetensors file; none: no filter (LLaDA's generate); empty: the model's learn2pd one")
     threshold: float = hp(0.96, 0.0, 1.0, doc="accept a masked position where sigmoid(filter logit) > threshold",
                           search=(0.8, 0.995))
     eot: bool = flag(False, doc="cut the canvas after a predicted end of text")
     steps: int = hp(0, 0, None, doc="forwards in all, divided evenly among the blocks (0: block_length per block)")
 
 
+def shipped_recipe(params: Learn2PDParams) -> str | None:
+    """The recipe whose shipped filter a configuration asks for (`filter` empty or a recipe name), else None."""
+    if not params.filter:
+        return DEFAULT_RECIPE
+    return params.filter if params.filter in SHIPPED_BY_RECIPE else None
+
+
+def shipped_filters(model_dir: str | None) -> dict[str, str]:
+    """{recipe: directory} of the filters a model folder ships (an embedded model's assets, a local checkpoint)."""
+    if not model_dir:
+        return {}
+    return {recipe: str(Path(model_dir) / folder) for recipe, folder in SHIPPED_BY_RECIPE.items()
+            if (Path(model_dir) / folder / WEIGHTS_FILE).is_file()}
+
+
+def no_shipped_filter(model_dir: str | None, recipe: str) -> RippleError:
+    """The one line for a model that ships no filter of `recipe`."""
+    return RippleError(f"learn2pd: {model_dir or 'this model'} ships no filter of recipe {recipe} "
+                       f"({SHIPPED_BY_RECIPE[recipe]}/); train one with `ripple learn label` and `ripple learn train "
+                       f"--recipe {recipe}` and pass --set filter=DIR, or filter=none (LLaDA's generate)")
+
+
 def filter_path(params: Learn2PDParams, model_dir: str | None) -> str | None:
-    """The filter file or directory a configuration reads: its `filter`, the model's shipped one for
-    the empty default, None for filter=none or when the model ships none."""
+    """The filter file or directory a configuration reads: the model's shipped one of a recipe for
+    `filter` empty (learn2pd), `learn2pd` or `ripple`; None for filter=none or when the model ships none
+    of that recipe; else `filter` as a path (a directory named like a recipe: give it as ./ripple)."""
     if params.filter == NO_FILTER:
         return None
-    if params.filter:
+    recipe = shipped_recipe(params)
+    if recipe is None:
         return params.filter
-    if model_dir and (Path(model_dir) / SHIPPED / WEIGHTS_FILE).is_file():
-        return str(Path(model_dir) / SHIPPED)
-    return None
+    return shipped_filters(model_dir).get(recipe)
 
 
 @register
@@ -102,6 +134,8 @@ class Learn2PD(Scheduler):
     @classmethod
     def artifacts(cls, params: HyperParams, model_dir: str | None) -> dict[str, str]:
         path = filter_path(params, model_dir)
+        if path is None and model_dir and params.filter != NO_FILTER:
+            raise no_shipped_filter(model_dir, shipped_recipe(params))  # a grid refuses the cell before it starts
         if path is None:
             return {}
         where = Path(path).expanduser()
@@ -114,9 +148,7 @@ class Learn2PD(Scheduler):
         self._cache, self._eos = shape.cache, tuple(shape.eos_ids)
         path = filter_path(self.params, shape.model_dir)
         if path is None and self.params.filter != NO_FILTER:
-            model = shape.model_dir or "this model"
-            raise RippleError(f"learn2pd: {model} ships no filter ({SHIPPED}/); train one with `ripple learn label` "
-                              f"and `ripple learn train` and pass --set filter=DIR, or filter=none (LLaDA's generate)")
+            raise no_shipped_filter(shape.model_dir, shipped_recipe(self.params))
         self._filter = load_filter(path, shape.block_length, shape.weights) if path else None
         self._width_free = self._filter is not None and not get_architecture(self._filter.card.architecture).fixed_width
         if self._width_free:  # it reads what decoders/features.py computes, by the names on its card

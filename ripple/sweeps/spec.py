@@ -172,7 +172,7 @@ class _SweepParser(SpecParser):
                               default_experiment)
         model = self.one(raw["model"], "model", str)
         self.model(model)
-        tasks = tuple(self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit")))
+        tasks = tuple(self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit"), [model]))
         decoder = self.one(raw["decoder"], "decoder", str)
         try:
             get(decoder)

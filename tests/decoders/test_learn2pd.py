@@ -229,8 +229,8 @@ def _refused_cli(capsys, argv, *words):
 
 
 def test_ripple_generate_refuses_in_one_line(capsys, tmp_path, golden):
-    """Exit 2, one line: a filter of another block length or model, a missing file, no filter where the model
-    ships none, and learn2pd on a uniform-noise family."""
+    """Exit 2, one line: a filter of another block length or model, a missing file, and learn2pd on a
+    uniform-noise family (no filter where the model ships none: tests/decoders/test_learn2pd_shipped.py)."""
     base = ["generate", "--model", "ripple-tiny", "--input-ids", "5,6,7", "--decoder", "learn2pd", "--device", "cpu"]
     gold = str(golden / "learn2pd" / "filter_block16.safetensors")
     _refused_cli(capsys, [*base, "--set", f"filter={gold}", "--gen-length", "32", "--block-length", "32"],
@@ -241,7 +241,6 @@ def test_ripple_generate_refuses_in_one_line(capsys, tmp_path, golden):
                  "another model")
     _refused_cli(capsys, [*base, "--set", f"filter={tmp_path / 'nosuch'}", "--gen-length", "16", "--block-length",
                           "16"], "does not exist")
-    _refused_cli(capsys, [*base, "--gen-length", "16", "--block-length", "16"], "ships no filter", "ripple learn")
     _refused_cli(capsys, ["generate", "--model", str(golden / "diffusion-gemma-tiny"), "--input-ids", "5,6,7",
                           "--decoder", "learn2pd", "--set", "filter=none", "--device", "cpu"],
                  "decoder 'learn2pd' decodes mask-noise families", "uniform-noise family")

@@ -165,10 +165,21 @@ class Labelling:
     meta: dict[str, Any]
 
 
-def label_spec(model: str, task: str, *, split: str = "train", limit: int | None = None, gen_length: int = 48,
+def task_list(task: str | list[str] | tuple[str, ...]) -> list[str]:
+    """The tasks to label: a name, a comma list (`arith,pyfunc`) or a list; pooled in this order."""
+    names = [t.strip() for t in (task.split(",") if isinstance(task, str) else task)]
+    if not names or any(not t for t in names):
+        raise RippleError(f"--task takes a task name or a comma list of them (arith,pyfunc), got {task!r}")
+    if len(set(names)) < len(names):
+        raise RippleError(f"--task names a task twice: {','.join(names)}")
+    return names
+
+
+def label_spec(model: str, task: str | list[str], *, split: str = "train", limit: int | None = None, gen_length: int = 48,
                block_length: int = 16, steps: int | None = None, dtype: str = "auto", data_dir: str | None = None,
                experiment: str = EXPERIMENT):
-    """The one-cell grid that labels: `Labeller` on (model, task, split), traces kept, no cache, no stop."""
+    """The grid that labels: `Labeller` on (model, task, split), one cell per task, traces kept, no cache,
+    no stop."""
     from .spec import parse_spec
 
     if gen_length < 1 or block_length < 1:
@@ -183,7 +194,7 @@ def label_spec(model: str, task: str, *, split: str = "train", limit: int | None
     if steps is not None and steps % blocks:
         raise RippleError(f"--steps {steps} must be a multiple of the number of blocks ({blocks}: gen_length "
                           f"{gen_length} / block_length {block_length})")
-    raw = {"experiment": experiment, "models": [model], "tasks": [task], "split": split, "limit": limit,
+    raw = {"experiment": experiment, "models": [model], "tasks": task_list(task), "split": split, "limit": limit,
            "decoders": [{"name": Labeller, "params": {"steps": 0 if steps in (None, gen_length) else steps}}],
            "gen_lengths": [gen_length], "block_lengths": [block_length], "caches": ["none"], "dtype": dtype,
            "traces": True}
@@ -196,35 +207,48 @@ def label_spec(model: str, task: str, *, split: str = "train", limit: int | None
     return spec
 
 
-def label(model: str, task: str, out: str | os.PathLike, *, split: str = "train", limit: int | None = None,
+def label(model: str, task: str | list[str], out: str | os.PathLike, *, split: str = "train", limit: int | None = None,
           gen_length: int = 48, block_length: int = 16, steps: int | None = None, dtype: str = "auto",
           data_dir: str | None = None, store: str | os.PathLike | None = None, experiment: str = EXPERIMENT,
           workers: int | None = None, progress: bool = False, fresh: bool = False) -> Labelling:
-    """Label the first `limit` examples of `task`'s `split` with `model` and write the records to `out`."""
+    """Label the first `limit` examples of `task`'s `split` with `model` and write the records to `out`.
+    Several tasks (a comma list or a list) are labelled as one grid, `limit` each, and pooled into one
+    file in the order given (the metadata's `task` names them all, `tasks` counts each one's prompts)."""
     from .grid import default_store, planned_rows, plan, run_grid
 
     spec = label_spec(model, task, split=split, limit=limit, gen_length=gen_length, block_length=block_length,
                       steps=steps, dtype=dtype, data_dir=data_dir, experiment=experiment)
+    names = task_list(task)
     items = plan(spec, experiment)  # the examples load here: a bad split is refused before Ray starts
-    if not items:
-        raise RippleError(f"task {task!r} has no {split!r} examples to label")
+    for name in names:
+        if not any(it.cell.task == name for it in items):
+            raise RippleError(f"task {name!r} has no {split!r} examples to label")
     run = run_grid(spec, Path(store).expanduser() if store is not None else default_store(), experiment=experiment,
                    track=False, fresh=fresh, progress=progress, workers=workers)
     rows = planned_rows(items, run.store.read())
-    by_id = {row["sample_id"]: row for row in rows.iter_rows(named=True)}
-    failed = [(it.example.id, by_id[it.example.id]["error"]) for it in items
-              if it.example.id in by_id and by_id[it.example.id]["error"] is not None]
-    missing = [it.example.id for it in items if it.example.id not in by_id]
+    by_id = {(row["cell_id"], row["sample_id"]): row for row in rows.iter_rows(named=True)}  # ids are per task
+
+    def key(it):
+        return it.cell.cell_id, it.example.id
+
+    failed = [(it.example.id, by_id[key(it)]["error"]) for it in items
+              if key(it) in by_id and by_id[key(it)]["error"] is not None]
+    missing = [it.example.id for it in items if key(it) not in by_id]
     if failed or missing:
         first = f"{failed[0][0]}: {failed[0][1]}" if failed else missing[0]
         raise RippleError(f"{len(failed) + len(missing)} of {len(items)} samples were not labelled (first: {first}); "
                           f"nothing written to {out}; re-run the same command to retry them")
-    records = [r for it in items for r in trace_records(it.example.id, by_id[it.example.id]["trace"])]
-    digest = by_id[items[0].example.id]["weights"]  # the workers' 12-digit weights digest
-    meta = {"model": model, "weights": digest, "weights_sha256": weights_sha256(model) or digest, "task": task,
-            "split": split, "prompts": len(items), "records": len(records), "gen_length": gen_length,
-            "block_length": block_length, "steps": steps or gen_length, "dtype": dtype,
-            "cell_id": spec.cells[0].cell_id, "experiment": experiment}
+    per_item = [trace_records(it.example.id, by_id[key(it)]["trace"]) for it in items]
+    records = [r for recs in per_item for r in recs]
+    digest = by_id[key(items[0])]["weights"]  # the workers' 12-digit weights digest
+    meta = {"model": model, "weights": digest, "weights_sha256": weights_sha256(model) or digest,
+            "task": ",".join(names), "split": split, "prompts": len(items), "records": len(records),
+            "gen_length": gen_length, "block_length": block_length, "steps": steps or gen_length, "dtype": dtype,
+            "cell_id": ",".join(c.cell_id for c in spec.cells), "experiment": experiment}
+    if len(names) > 1:  # each task's share of the pooled prompts and records
+        meta["tasks"] = {name: {"prompts": sum(1 for it in items if it.cell.task == name),
+                                "records": sum(len(recs) for it, recs in zip(items, per_item) if it.cell.task == name)}
+                         for name in names}
     write_records(records, Path(out), meta)
     return Labelling(Path(out), len(records), len(items), run.computed, meta)
 

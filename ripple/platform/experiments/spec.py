@@ -46,7 +46,8 @@ TOP_KEYS = ("experiment", "description", "models", "tasks", "decoders", "gen_len
             "sub_block_length", "data_dir", "workers", "batch_size", "traces")
 # a decoder entry's own `caches` and `block_lengths` replace the grid's for its cells
 DECODER_KEYS = ("name", "params", "task_params", "models", "caches", "block_lengths")
-TASK_KEYS = ("limit", "gen_lengths", "block_lengths", "if_data")  # plus the task's own options (`Task.options`)
+TASK_KEYS = ("limit", "gen_lengths", "block_lengths", "if_data", "models")  # plus the task's own options (`Task.options`)
+# `models` restricts a task to some of the spec's models (one grid over models trained on different tasks)
 # a task's own lengths replace the spec's for its cells (ParallelBench: 32-token waiting lines, 64-token
 # puzzles, each with the block equal to the response); they are cell settings, not task options
 TASK_LENGTHS = ("gen_lengths", "block_lengths")
@@ -462,7 +463,7 @@ class SpecParser:
         models = self.strings(raw["models"], "models")
         for model in models:
             self.model(model)
-        tasks = self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit"))
+        tasks = self.tasks(raw["tasks"], self.limit(raw.get("limit"), "limit"), models)
         decoders = self.decoders(raw["decoders"], models, [task for task, _, _ in tasks])
         self.decoders_fit(models, decoders)
         gens = self.positive_ints(raw["gen_lengths"], "gen_lengths")
@@ -506,18 +507,29 @@ class SpecParser:
                  stop_at_eos=stop, eos_early_stop=early, task_options=options, block_align=align,
                  sub_block_length=sub, local=None if is_registered(cls) else cls)
             for model, (task, limit, options), (cls, per_task, only, own) in itertools.product(models, tasks, decoders)
-            if only is None or model in only
+            if (only is None or model in only) and model in self.task_models.get(task, (model,))
             for params, gen, block, cache, seed in itertools.product(per_task[task], *axes(task, own), seeds)
         )
         if len({c.decoder: c.local for c in cells}) < len({(c.decoder, c.local) for c in cells}):
             raise self.fail("two local decoder classes share a name; give each its own `name`")
         self.auxiliaries_fit(cells)
-        ids = [c.cell_id for c in cells]
+        ids = self.cell_ids(cells)
         if len(set(ids)) != len(ids):
             raise self.fail("two decoder entries describe the same cell; remove the duplicate")
         return GridSpec(self.where, experiment, cells, data_dir, self.workers(raw.get("workers", {})), description,
                         self.batch_size(raw.get("batch_size", 1)), tuple(self.if_data),
                         traces=self.flag(raw.get("traces", False), "traces"))
+
+    def cell_ids(self, cells) -> list[str]:
+        """Every cell's id; a decoder configuration whose file the model does not ship (`Scheduler.artifacts`,
+        a learned filter) is refused now, naming the model, not in a worker."""
+        ids = []
+        for c in cells:
+            try:
+                ids.append(c.cell_id)
+            except RippleError as exc:
+                raise self.fail(f"model {c.model!r}, decoder {c.label()!r}: {exc}") from None
+        return ids
 
     def decoders_fit(self, models: list[str], decoders: list[tuple[type, dict, frozenset | None]]) -> None:
         """Refuse a decoder entry on a model (embedded or local) whose kind of family it cannot decode (a
@@ -601,9 +613,11 @@ class SpecParser:
         raise self.fail(f"model {name!r} not found: give a checkpoint directory, a hub id (org/name) "
                         f"or an embedded name: {', '.join(EMBEDDED)}")
 
-    def tasks(self, value: Any, limit: int | None) -> list[tuple[str, int | None, str]]:
-        """(name, limit, options JSON) per task; options are the task's own (`Task.options`)."""
+    def tasks(self, value: Any, limit: int | None, models: list[str] = ()) -> list[tuple[str, int | None, str]]:
+        """(name, limit, options JSON) per task; options are the task's own (`Task.options`). A task's
+        `models` (kept in `task_models`) restricts it to those of the spec's models."""
         self.task_lengths: dict[str, dict[str, list[int]]] = {}
+        self.task_models: dict[str, frozenset[str]] = {}
         self.if_data: list[str] = []
         if not isinstance(value, dict):
             names = self.strings(value, "tasks")
@@ -625,6 +639,13 @@ class SpecParser:
                 self.if_data.append(str(name))
             if own:
                 self.task_lengths[str(name)] = own
+            if "models" in opts:
+                only = frozenset(self.strings(opts["models"], f"tasks.{name}.models"))
+                unknown = sorted(only - set(models))
+                if unknown:
+                    raise self.fail(f"task {name!r} is restricted to model {unknown[0]!r}, which is not in "
+                                    f"'models': {', '.join(models)}")
+                self.task_models[str(name)] = only
             try:
                 cls.check_options(options)
             except RippleError as exc:

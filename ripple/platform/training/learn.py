@@ -520,7 +520,7 @@ def train_filter(data: str | os.PathLike, out: str | os.PathLike, *, recipe: str
         "threads": threads,
     }
     settings = {k: meta[k] for k in ("gen_length", "block_length", "steps", "dtype", "cell_id", "experiment",
-                                     "weights") if k in meta}
+                                     "weights", "tasks") if k in meta}  # tasks: each pooled task's prompts, records
     settings.update(data=records.path, data_sha256=records.sha256)
     card = FilterCard(
         chosen.architecture, records.block_length if arch.fixed_width else None, fit.features or arch.features,

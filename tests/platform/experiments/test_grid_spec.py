@@ -10,6 +10,8 @@ from ripple.cli import main
 from ripple.decoders import decoders_for, get, names
 from ripple.platform.experiments.spec import load_spec, parse_spec, shipped_specs
 from ripple.tasks import task_names
+from ripple.decoders import filters as F
+from ripple.decoders.learn2pd import SHIPPED_BY_RECIPE
 
 BENCHMARKS = ["gsm8k", "math500", "humaneval", "mbpp"]
 PAPER_MODELS = ["GSAI-ML/LLaDA-8B-Instruct", "Dream-org/Dream-v0-Instruct-7B"]
@@ -20,7 +22,7 @@ FIELD_DECODERS = ["dinfer_threshold", "hierarchy", "credit", "pc_sampler", "dus"
 
 def test_every_shipped_spec_validates():
     assert shipped_specs() == ["apd", "demo", "demo-lines", "diffusion-gemma", "fast-dllm-v2", "field", "field-lines", "kv-cache",
-                              "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines",
+                              "learned", "length-robustness", "lines", "llada2", "llada2.1", "oracle", "oracle-lines",
                               "paper-table1", "parallelbench", "rps-ablation", "rps-carry", "rps-carry-lines",
                               "rps-tiny", "sdar", "tiny-bd"]
     for name in shipped_specs():
@@ -138,6 +140,35 @@ def test_shipped_specs_have_the_issue_contents():
     assert {(c.decoder, c.cache) for c in kv.cells} >= {(d, k) for d in ("rps", "confidence") for k in ("none", "prefix")}
 
 
+def test_the_learned_grid_ranks_each_models_shipped_filters_beside_the_oracle():
+    """Issue 57: learn2pd with the shipped filters of both recipes (on the models that ship them) beside
+    default, confidence, rps and the oracle, on the three embedded models and their own tasks, 200 each."""
+    from ripple.decoders.learn2pd import shipped_filters
+    from ripple.platform.runtime.loading import resolve_model_dir
+
+    spec = load_spec("learned")
+    tiny_tasks = {"arith", "pyfunc", "freefunc"}
+    lines_tasks = {f"lines/{op}" for op in ("copy", "insert_index", "insert_random", "remove_index", "remove_random",
+                                            "replace_index", "replace_random", "reverse", "shuffle", "sort")}
+    own = {"ripple-tiny": (tiny_tasks, 48, 16), "ripple-tiny-bd": (tiny_tasks, 48, 16),
+           "ripple-tiny-lines": (lines_tasks, 32, 32)}
+    assert {c.model for c in spec.cells} == set(own) and {(c.limit, c.cache) for c in spec.cells} == {(200, "none")}
+    for model, (tasks, gen, block) in own.items():
+        cells = [c for c in spec.cells if c.model == model]
+        assert {c.task for c in cells} == tasks and {(c.gen_length, c.block_length) for c in cells} == {(gen, block)}
+        shipped = sorted(shipped_filters(str(resolve_model_dir(model))))
+        assert shipped, model  # every embedded model ships its filters
+        for task in tasks:
+            labels = sorted(c.label() for c in cells if c.task == task)
+            assert labels == sorted(["confidence", "default", "oracle", "rps",
+                                     *(f"learn2pd(filter={r})" for r in shipped)]), (model, task)
+        for c in cells:  # each learned cell's id holds the sha256 of the shipped filter it reads
+            if c.decoder == "learn2pd":
+                assert c.identity()["artifacts"]["filter"] == F.file_sha256(
+                    resolve_model_dir(model) / SHIPPED_BY_RECIPE[dict(c.params)["filter"]] / "model.safetensors")
+    assert {dict(c.params)["follow"] for c in spec.cells if c.decoder == "oracle"} == {"default"}
+
+
 def test_cell_ids_are_stable_hashes_of_the_settings():
     base = {"models": ["ripple-tiny"], "tasks": ["arith"], "gen_lengths": [48], "block_lengths": [16]}
     plain = parse_spec({**base, "decoders": ["confidence"]}, "t").cells[0]
@@ -231,9 +262,11 @@ BAD = [
     ("option a task does not take", GOOD.replace("tasks: [arith]", "tasks: {arith: {limit: 5, timeout_s: 10}}"),
      "unknown key 'timeout_s' in task 'arith'; accepted: limit"),
     ("sandbox option typo", GOOD.replace("tasks: [arith]", "tasks: {humaneval: {timeout: 10}}"),
-     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, gen_lengths, block_lengths, if_data, timeout_s, cpu_s, memory_mb"),
+     "unknown key 'timeout' in task 'humaneval' (did you mean 'timeout_s'?); accepted: limit, gen_lengths, block_lengths, if_data, models, timeout_s, cpu_s, memory_mb"),
     ("bad sandbox limit", GOOD.replace("tasks: [arith]", "tasks: {mbpp: {memory_mb: -5}}"),
      "task mbpp: memory_mb must be a positive number, got -5"),
+    ("task restricted to a model not in the grid", GOOD.replace("tasks: [arith]", "tasks: {arith: {models: [ripple-tiny-bd]}}"),
+     "task 'arith' is restricted to model 'ripple-tiny-bd', which is not in 'models': ripple-tiny"),
     ("unknown chat form", GOOD + "chat: twoturn\n",
      "'chat' takes false, true (= multiturn), multiturn or singleturn, got 'twoturn'"),
     ("zero batch size", GOOD + "batch_size: 0\n",
@@ -389,6 +422,20 @@ def test_sub_block_length_is_id_neutral_unset_and_checked():
         with pytest.raises(RippleError, match="sub_block_length") as exc:
             parse_spec(yaml.safe_load(base + f"sub_block_length: {bad}\n"), "t")
         assert "\n" not in str(exc.value)
+
+
+def test_a_tasks_models_restrict_it_to_some_of_the_grids_models():
+    """One grid over models trained on different tasks: a task's `models` keeps its cells to those models,
+    with the task's own lengths; the other tasks run on every model."""
+    import yaml
+
+    text = GOOD.replace("[ripple-tiny]", "[ripple-tiny, ripple-tiny-lines]").replace(
+        "tasks: [arith]", "tasks: {arith: {models: [ripple-tiny]}, pyfunc: {},\n"
+        "        lines/copy: {models: [ripple-tiny-lines], gen_lengths: [32], block_lengths: [32]}}")
+    cells = parse_spec(yaml.safe_load(text), "t").cells
+    assert sorted((c.model, c.task, c.gen_length, c.block_length) for c in cells) == [
+        ("ripple-tiny", "arith", 48, 16), ("ripple-tiny", "pyfunc", 48, 16), ("ripple-tiny-lines", "lines/copy", 32, 32),
+        ("ripple-tiny-lines", "pyfunc", 48, 16)]
 
 
 def replace_settings(cell, **changes):

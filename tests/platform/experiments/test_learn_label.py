@@ -117,6 +117,9 @@ def test_label_writes_the_records_as_parquet_and_resumes(tmp_path, reference, ra
     (["--split", "nope"], "unknown split 'nope'"),
     (["--limit", "0"], "--limit must be a positive number of prompts"),
     (["--workers", "0"], "--workers must be positive"),
+    (["--task", "arith,nope"], "unknown task 'nope'; registered: arith"),
+    (["--task", "arith,pyfunc,arith"], "--task names a task twice: arith,pyfunc,arith"),
+    (["--task", "arith,"], "--task takes a task name or a comma list of them"),
 ])
 def test_bad_label_input_is_one_line_and_exit_2(tmp_path, change, message):
     out = tmp_path / "labels.parquet"
@@ -149,3 +152,29 @@ def test_the_python_api_labels_as_the_command_does(tmp_path, reference, ray_loca
     rows = pq.read_table(done.out).to_pylist()
     assert [r["step"] for r in rows] == [r["step"] for r in want["records"]]
     assert [r["is_correct"] for r in rows] == [r["is_correct"] for r in want["records"]]
+
+
+@pytest.mark.slow
+def test_several_tasks_are_labelled_into_one_file_in_the_order_given(tmp_path, reference, ray_local):
+    import ripple
+    from ripple.platform.experiments.grid import plan
+    from ripple.platform.experiments.labels import label_spec
+
+    spec = label_spec("ripple-tiny", "arith,pyfunc", limit=1, dtype="float32")
+    assert [c.task for c in spec.cells] == ["arith", "pyfunc"]  # one cell per task, in the order given
+    pyfunc_id = [it.example.id for it in plan(spec) if it.cell.task == "pyfunc"]
+    alone = ripple.learn_label("ripple-tiny", "pyfunc", tmp_path / "pyfunc.parquet", limit=1, dtype="float32",
+                               store=tmp_path / "store", workers=1)
+    done = ripple.learn_label("ripple-tiny", ["arith", "pyfunc"], tmp_path / "both.parquet", limit=1, dtype="float32",
+                              store=tmp_path / "store", workers=1)
+    assert (done.prompts, done.computed) == (2, 1)  # pyfunc's prompt was stored by the first run
+    rows = pq.read_table(done.out).to_pylist()
+    want = _entry(reference, "A", "arith-s0-train-0")["records"]
+    head, tail = rows[:len(want)], rows[len(want):]
+    assert [(r["sample_id"], r["step"], r["is_correct"]) for r in head] == \
+        [("arith-s0-train-0", w["step"], w["is_correct"]) for w in want]
+    assert tail == pq.read_table(alone.out).to_pylist() and {r["sample_id"] for r in tail} == set(pyfunc_id)
+    meta = json.loads(pq.read_table(done.out).schema.metadata[b"ripple.learn"])
+    assert (meta["task"], meta["prompts"], meta["records"]) == ("arith,pyfunc", 2, len(rows))
+    assert meta["tasks"] == {"arith": {"prompts": 1, "records": len(want)}, "pyfunc": {"prompts": 1,
+                                                                                     "records": len(tail)}}

@@ -234,3 +234,20 @@ def test_the_python_api_trains_and_refuses_as_the_command_does(tmp_path, data):
         ripple.learn_train(tmp_path / "missing.parquet", tmp_path / "x")
     done = ripple.learn_train(data, tmp_path / "f", epochs=5, seed=0)
     assert done.card.epochs == 5 and (done.out / "model.safetensors").is_file() and done.plot.is_file()
+
+
+def test_a_pooled_files_card_names_every_task_and_each_ones_share(tmp_path):
+    """Records of several tasks (`ripple learn label --task arith,pyfunc`): the card's task names them all and
+    its settings keep each task's prompts and records, as the labelling metadata gave them."""
+    from ripple.decoders.filters import load_filter
+    from ripple.platform.experiments.labels import write_records
+
+    shares = {"arith": {"prompts": 12, "records": 36}, "pyfunc": {"prompts": 8, "records": 24}}
+    path = tmp_path / "pooled.parquet"
+    write_records(_records(60), path, {**META, "task": "arith,pyfunc", "tasks": shares})
+    out = tmp_path / "filter"
+    proc = run_cli(["learn", "train", "--data", str(path), "--out", str(out), "--epochs", "3"])
+    assert proc.returncode == 0, proc.stderr
+    card = load_filter(out).card
+    assert (card.task, card.prompts, card.records) == ("arith,pyfunc", 20, 60)
+    assert card.settings["tasks"] == shares
