@@ -11,7 +11,8 @@ BASE = {"model": "ripple-tiny", "tasks": {"arith": {"limit": 3}}, "decoder": "rp
 
 
 def test_shipped_specs_validate():
-    assert shipped_sweep_specs() == ["diffusion-gemma", "rps-bd-freefunc", "rps-freefunc", "rps-lambda", "rps-table3", "tiny-demo"]
+    assert shipped_sweep_specs() == ["diffusion-gemma", "learned-threshold", "rps-bd-freefunc", "rps-freefunc", "rps-lambda", "rps-table3",
+                                    "tiny-demo"]
     for name, model in (("rps-freefunc", "ripple-tiny"), ("rps-bd-freefunc", "ripple-tiny-bd")):
         dev = load_sweep_spec(name)
         assert dev.split == "dev" and dev.tasks == (("freefunc", 200, "{}"),) and dev.model == model  # tuned off the test problems
@@ -101,7 +102,7 @@ def test_malformed_spec_is_one_line_exit_2(tmp_path, capsys, text, message):
 
 def test_cli_usage_errors_and_dry_run(tmp_path, capsys):
     assert main(["sweep", "no-such-spec", "--experiment", "x"]) == 2
-    assert "shipped spec: diffusion-gemma, rps-bd-freefunc, rps-freefunc, rps-lambda, rps-table3, tiny-demo" in capsys.readouterr().err
+    assert "shipped spec: diffusion-gemma, learned-threshold, rps-bd-freefunc, rps-freefunc, rps-lambda, rps-table3, tiny-demo" in capsys.readouterr().err
     assert main(["sweep", "tiny-demo", "--experiment", "x", "--trials", "3"]) == 2
     assert "--trials applies to random and optuna" in capsys.readouterr().err
     assert main(["sweep", "tiny-demo", "--experiment", "bad name"]) == 2
