@@ -158,8 +158,9 @@ def _checked(cls: type[HyperParams], f: dataclasses.Field, name: str, value: Any
         return value
     if kind is str:
         if not isinstance(value, str):
-            raise RippleError(f"{cls.decoder_name or cls.__name__} hyperparameter {name} takes one of "
-                              f"{', '.join(f.metadata['choices'])}, got {value!r}")
+            choices = f.metadata.get("choices")
+            takes = f"one of {', '.join(choices)}" if choices else "text"
+            raise RippleError(f"{cls.decoder_name or cls.__name__} hyperparameter {name} takes {takes}, got {value!r}")
         return getattr(cls(**{f.name: value}), f.name)
     if kind is int and not (isinstance(value, int) and not isinstance(value, bool)):
         raise RippleError(f"{cls.decoder_name or cls.__name__} hyperparameter {name} takes integers, got {value!r}")
@@ -171,10 +172,10 @@ def _checked(cls: type[HyperParams], f: dataclasses.Field, name: str, value: Any
 def _dimension(cls: type[HyperParams], f: dataclasses.Field, name: str, raw: Any, points: int) -> Dimension:
     kind = field_kind(f)
     owner = cls.decoder_name or cls.__name__
-    if kind in (str, bool):  # a choice or a flag: its values, all of them by default
-        options = f.metadata["choices"] if kind is str else (True, False)
-        shown = ", ".join(options) if kind is str else "true, false"
-        values = list(options) if raw is None else raw
+    if kind in (str, bool):  # a choice or a flag: its values, all of them by default; free text: the values given
+        options = f.metadata.get("choices", ()) if kind is str else (True, False)
+        shown = (", ".join(options) or "text (e.g. a filter's name or path)") if kind is str else "true, false"
+        values = list(options) if raw is None and options else raw
         if not isinstance(values, list) or not values:
             raise RippleError(f"{owner} hyperparameter {name}: give one value (fixed) or a list of values of "
                               f"{shown}; got {raw!r}")

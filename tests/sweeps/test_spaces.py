@@ -91,6 +91,18 @@ def test_a_choice_hyperparameter_is_fixed_by_name_or_searched_over_its_options()
             derive_space("rps", bad)
 
 
+def test_a_text_hyperparameter_is_searched_over_the_values_given():
+    """learn2pd's `filter` is free text (a shipped filter's name or a path): a list is a dimension of those
+    values, and without one there is nothing to search (one line, not a traceback)."""
+    space = derive_space("learn2pd", {"filter": ["learn2pd", "ripple"], "threshold": [0.9, 0.96]})
+    assert {d.name: d.grid_values() for d in space.dims} == {"filter": ["learn2pd", "ripple"], "threshold": [0.9, 0.96]}
+    assert space.params_for({"filter": "ripple", "threshold": 0.9}).filter == "ripple"
+    for bad, message in (({"filter": None, "threshold": 0.9}, "filter: give one value .* text"),
+                         ({"filter": [1]}, "filter takes text, got 1")):
+        with pytest.raises(RippleError, match=message):
+            derive_space("learn2pd", bad)
+
+
 def test_a_flag_hyperparameter_is_fixed_by_a_boolean_or_searched_over_true_and_false():
     space = derive_space("rps", {"carry": None, "tau": 0.8})
     (dim,) = space.dims
