@@ -347,8 +347,11 @@ def train(cfg: TrainConfig, resume: bool = True, progress: bool = True, log=prin
                 "sha256": weights_sha256(model), "config": dataclasses.asdict(cfg)}
     model.eval()
     export(model, out, tokenizer, ids, cfg.max_positions, tokenizer_dir=shared)
+    # the summary travels with the model (a shipped asset's card cites it): the output folder by its name,
+    # not by where on the training machine it was
+    config = {**dataclasses.asdict(cfg), "out": Path(cfg.out).name}
     summary = {"steps": cfg.steps, "seconds": time.perf_counter() - t0,
-               "final_loss": curve[-1]["loss"] if curve else None, "config": dataclasses.asdict(cfg)}
+               "final_loss": curve[-1]["loss"] if curve else None, "config": config}
     (work / "curve.json").write_text(json.dumps(curve))
     (out / "training_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     write_learning_curve(curve, out, cfg.family)

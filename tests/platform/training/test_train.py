@@ -31,6 +31,8 @@ def test_micro_run_lowers_the_loss_and_exports_a_loadable_llada_checkpoint(micro
     last = sum(c["loss"] for c in curve[-2:]) / 2
     assert last < 0.8 * first, curve
     assert summary["final_loss"] == curve[-1]["loss"]
+    # the summary travels with the model: its output folder by name, not the training machine's path
+    assert json.loads((tmp_path / "m" / "training_summary.json").read_text())["config"]["out"] == "m"
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
     assert cfg["model_type"] == "llada"
     assert "model.transformer.blocks.0.ff_proj.weight" in load_file(tmp_path / "m" / "model.safetensors")
