@@ -228,6 +228,31 @@ def false_positive(preds, y) -> float:
     return ((preds > y).sum() / preds.sum()).item()
 
 
+def full_batch(module, X, Xv, *, lr: float, epochs: int, bar, loss, val_loss, val_false_positive,
+               tag: str = "") -> list[tuple[int, float, float, float]]:
+    """The notebook's loop, which both recipes train by: per epoch one full-batch AdamW step (torch's
+    defaults but `lr`) on `loss(module(X))`, then the validation pass on `module(Xv)`; the curve's rows
+    are (epoch, loss, validation loss, validation false-positive rate)."""
+    import torch
+
+    optimizer = torch.optim.AdamW(module.parameters(), lr=lr)
+    curve = []
+    for epoch in range(epochs):
+        module.train()
+        optimizer.zero_grad()
+        value = loss(module(X))
+        value.backward()
+        optimizer.step()
+        module.eval()
+        with torch.no_grad():
+            val_logits = module(Xv)
+            curve.append((epoch, value.item(), val_loss(val_logits).item(), val_false_positive(val_logits)))
+        bar.update(1)
+        if epoch % 100 == 0 or epoch == epochs - 1:
+            bar.set_postfix_str(f"{tag}loss {curve[-1][1]:.4f} val {curve[-1][2]:.4f}", refresh=False)
+    return curve
+
+
 def _train_learn2pd(X, y, Xv, yv, *, block_length: int, epochs: int, seed: int, progress: bool) -> Fit:
     """Learn2PD's notebook loop: full-batch AdamW steps, each followed by the validation pass."""
     import torch
@@ -239,26 +264,11 @@ def _train_learn2pd(X, y, Xv, yv, *, block_length: int, epochs: int, seed: int, 
         torch.manual_seed(seed)
         module = build_filter("learn2pd", block_length)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    optimizer = torch.optim.AdamW(module.parameters(), lr=lr)
-    curve = []
     bar = progress_bar(total=epochs, disable=not progress, unit="epoch", dynamic_ncols=True, desc="learn2pd")
     try:
-        for epoch in range(epochs):
-            module.train()
-            optimizer.zero_grad()
-            logits = module(X)  # [n, B]
-            loss = loss_fn(logits, y)
-            loss.backward()
-            optimizer.step()
-            module.eval()
-            with torch.no_grad():
-                val_logits = module(Xv)  # [m, B]
-                val_loss = loss_fn(val_logits, yv).item()
-                preds = (torch.sigmoid(val_logits) > THRESHOLD).float()
-                curve.append((epoch, loss.item(), val_loss, false_positive(preds, yv)))
-            bar.update(1)
-            if epoch % 100 == 0 or epoch == epochs - 1:
-                bar.set_postfix_str(f"loss {curve[-1][1]:.4f} val {val_loss:.4f}", refresh=False)
+        curve = full_batch(module, X, Xv, lr=lr, epochs=epochs, bar=bar, loss=lambda logits: loss_fn(logits, y),
+                           val_loss=lambda logits: loss_fn(logits, yv),
+                           val_false_positive=lambda v: false_positive((torch.sigmoid(v) > THRESHOLD).float(), yv))
     finally:
         bar.close()
     return Fit(module, tuple(curve), {"optimizer": "AdamW", "lr": lr, "weight_decay": 0.01, "batch": "full",
@@ -339,29 +349,15 @@ def _fit_masked(X, y, m, Xv, yv, mv, *, hidden: int, window: int, epochs: int, s
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         module = build_filter("ripple", None, features=X.shape[-1], hidden=hidden, window=window)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=RIPPLE_LR)
     w, wv = m.float(), mv.float()  # [n, B], [m, B]: committed positions are no candidates
 
     def loss_of(logits, target, weight):  # mean BCE over the masked positions
         raw = torch.nn.functional.binary_cross_entropy_with_logits(logits, target, reduction="none")  # [k, B]
         return (raw * weight).sum() / weight.sum().clamp(min=1.0)
 
-    curve = []
-    for epoch in range(epochs):
-        module.train()
-        optimizer.zero_grad()
-        loss = loss_of(module(X), y, w)  # X [n, B, F] -> [n, B]
-        loss.backward()
-        optimizer.step()
-        module.eval()
-        with torch.no_grad():
-            val_logits = module(Xv)  # [m, B]
-            val_loss = loss_of(val_logits, yv, wv).item()
-            preds = ((torch.sigmoid(val_logits) > THRESHOLD) & mv).float()
-            curve.append((epoch, loss.item(), val_loss, false_positive(preds, yv * wv)))
-        bar.update(1)
-        if epoch % 100 == 0 or epoch == epochs - 1:
-            bar.set_postfix_str(f"h{hidden} w{window} loss {curve[-1][1]:.4f} val {val_loss:.4f}", refresh=False)
+    curve = full_batch(module, X, Xv, lr=RIPPLE_LR, epochs=epochs, bar=bar, tag=f"h{hidden} w{window} ",
+                       loss=lambda logits: loss_of(logits, y, w), val_loss=lambda logits: loss_of(logits, yv, wv),
+                       val_false_positive=lambda v: false_positive(((torch.sigmoid(v) > THRESHOLD) & mv).float(), yv * wv))
     module.eval()
     module.requires_grad_(False)
     return module, curve
