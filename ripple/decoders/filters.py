@@ -142,7 +142,6 @@ def _ripple_class() -> type:
 
         def __init__(self, features: int, hidden: int, window: int):
             super().__init__()
-            self.window = window
             self.conv = torch.nn.Conv1d(features, hidden, 2 * window + 1, padding=window)
             self.mix = torch.nn.Conv1d(hidden, hidden, 1)
             self.out = torch.nn.Conv1d(hidden, 1, 1)
