@@ -145,7 +145,7 @@ def shared_head() -> str:
     """The address of this test process's Ray head, started at its first use and killed at exit (a
     head's SIGTERM drains for 30 s; nothing of this one needs keeping)."""
     if "address" not in _SHARED:
-        head, port, ray_tmp = start_head("--include-dashboard=false")
+        head, port, ray_tmp = start_head("--include-dashboard=false", "--include-log-monitor=false")
 
         def stop() -> None:
             stop_head(head, grace=0)
