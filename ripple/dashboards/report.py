@@ -137,8 +137,9 @@ def _labels(rows: pl.DataFrame) -> list[str]:
 
 def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
     """Decoders x tasks: accuracy / mean NFE / TPS / speedup, one table per context:
-    (context key, its description, table). A context holding an `oracle` cell also shows each decoder's
-    NFE / oracle (its mean NFE over the oracle's on the same samples)."""
+    (context key, its description, table). A context holding an `oracle` cell, or a decoder compared with one
+    at other blocks and caches (its own geometry: APD), also shows each decoder's NFE / oracle (its mean NFE
+    over the oracle's on the same samples)."""
     vary = _varying(cells, CONTEXT)
     batched = cells.height > 0 and int(cells["batch_size"].max()) > 1  # throughput mode: its column too
     edited = cells.height > 0 and cells["mean_edits"].is_not_null().any()  # token editing: edits per sample
@@ -149,7 +150,7 @@ def main_tables(cells: pl.DataFrame) -> list[tuple[dict[str, Any], str, Table]]:
     out = []
     for key, rows in _groups(cells, CONTEXT):
         tasks = rows["task"].unique(maintain_order=True).to_list()
-        oracle = bool(rows["decoder"].eq(ORACLE_DECODER).any())
+        oracle = bool(rows["decoder"].eq(ORACLE_DECODER).any() or rows["nfe_over_oracle"].is_not_nan().any())
         at = 3 if verified else 2
         shown = metrics[:at] + (("NFE / oracle",) if oracle else ()) + metrics[at:]
         header = ["decoder"] + [f"{t} {m}" for t in tasks for m in shown]
@@ -183,16 +184,23 @@ def closest_to_oracle(cells: pl.DataFrame) -> Table | None:
     accuracy, the oracle's mean NFE, and the decoder with the fewest forwards among those whose accuracy
     is at least default's minus one point (default and the oracle themselves left out), with its NFE /
     oracle and whether that is within 1.5x; "none" where no decoder keeps the accuracy. How much of the
-    room the model leaves (the oracle's forwards) a deployable decoder takes today."""
-    from ..platform.experiments.metrics import BASELINE_DECODER
+    room the model leaves (the oracle's forwards) a deployable decoder takes today. A decoder with its own
+    block and cache (APD) competes where its oracle cell is (`metrics.oracle_ids`: the same settings at any
+    block and cache)."""
+    from ..platform.experiments.metrics import BASELINE_DECODER, oracle_ids
+    from ..platform.experiments.spec import Cell
 
     vary = _varying(cells, CONTEXT)
+    oracle_of = oracle_ids({r["cell_id"]: Cell.from_record(r) for r in cells.iter_rows(named=True)})
     body = []
     for key, rows in _groups(cells, BASELINE):
         default, oracle = (rows.filter(pl.col("decoder") == d) for d in (BASELINE_DECODER, ORACLE_DECODER))
         if default.height == 0 or oracle.height == 0:
             continue
         base, ref = default.row(0, named=True), oracle.row(0, named=True)
+        oracles, own = set(oracle["cell_id"]), set(rows["cell_id"])
+        elsewhere = [cid for cid, o in oracle_of.items() if o in oracles and cid not in own]
+        rows = pl.concat([rows, cells.filter(pl.col("cell_id").is_in(elsewhere))])
         keep = rows.filter(~pl.col("decoder").is_in([BASELINE_DECODER, ORACLE_DECODER])
                            & (pl.col("accuracy") >= base["accuracy"] - CLOSEST_POINTS) & pl.col("mean_nfe").is_not_nan())
         best = keep.sort("mean_nfe", "label").row(0, named=True) if keep.height else None

@@ -87,6 +87,28 @@ def test_the_report_shows_nfe_over_oracle_where_a_context_holds_an_oracle_cell(t
     assert "arith NFE / oracle" in (report.out_dir / "report.md").read_text()
 
 
+def test_a_decoder_with_its_own_block_and_cache_competes_beside_its_oracle(tmp_path):
+    """APD decodes one block under its own cache, so its cells share no block and cache with default's and
+    the oracle's; the metrics compare it with them at any block and cache (`oracle_ids`), and so do the report's
+    main table (its own context shows NFE / oracle) and "Closest to the oracle" (it competes for arith)."""
+    rng, store, recs = random.Random(3), ResultStore(tmp_path / "store", rep.EXP), []
+    apd = {**rep.params("apd"), "verifier": "ripple-tiny-ar"}
+    plan = {"default": (rep.params("default"), 16, "none", 9, 40), "oracle": (rep.params("oracle"), 16, "none", 9, 4),
+            "confidence": (rep.params("confidence"), 16, "none", 7, 5), "apd": (apd, 48, "sliding", 9, 6)}
+    for decoder, (params, block, cache, right, nfe) in plan.items():
+        recs += [rep.record(f"{decoder}-arith", decoder, params, "arith", 48, f"s{i}", rng, nfe=nfe, block_length=block,
+                            cache=cache, correct=i < right) for i in range(10)]
+    store.append(recs)
+    report = build_report(tmp_path / "store", rep.EXP, tmp_path / "out", track=False)
+    closest = next(t for t in report.tables if t.kind == "closest")
+    assert len(closest.rows) == 1  # one default and oracle pair: APD's own context has neither
+    row = dict(zip(closest.header, closest.rows[0]))
+    assert (row["fewest forwards within 1 point"], row["its NFE"], row["NFE / oracle"], row["within 1.5x"]) == (
+        "apd(verifier=ripple-tiny-ar)", "6.00", "1.50x", "yes")  # confidence (5 forwards) is 2 points below default: out
+    own = next(t for t in report.tables if t.kind == "main" and all(r[0].startswith("apd") for r in t.rows))
+    assert own.rows[0][own.header.index("arith NFE / oracle")] == "1.50x"
+
+
 def test_a_store_written_before_reference_nfe_loads_and_reports(tmp_path):
     store = ResultStore(tmp_path / "store", rep.EXP)
     store.dir.mkdir(parents=True)
