@@ -39,13 +39,34 @@ def load_parts(path: str, decoder="confidence", settings: dict[str, str] | None 
     return [(role, folder, weight_bytes(weight_files(folder), torch.bfloat16)) for role, folder in parts]
 
 
+PROMPT = "The quick brown fox jumps over the lazy dog while the five boxing wizards jump quickly."
+
+
+def prompt_ids(ckpt: Path, n: int = 16) -> list[int]:
+    """An n-token prompt of ordinary text: the checkpoint's tokenizer's ids for PROMPT (repeated up to n), never a
+    mask, end or pad id, which `ripple generate` refuses or stops on; without a tokenizer, the lowest ids that
+    config.json names as no special token."""
+    from ..platform.runtime.loading import has_tokenizer, load_tokenizer
+
+    if has_tokenizer(ckpt):
+        text = load_tokenizer(ckpt).encode(PROMPT, add_special_tokens=False)
+        if text:
+            return (text * (n // len(text) + 1))[:n]
+    special = set()
+    for key, value in read_config(ckpt).items():
+        if key.endswith("token_id") and value is not None:
+            special.update(int(v) for v in (value if isinstance(value, list) else [value]))
+    ids = (i for i in range(1, 2**31) if i not in special)
+    return [next(ids) for _ in range(n)]
+
+
 def load_memory(path: str, gen_length: int = 32, block_length: int = 32, decoder: str = "confidence",
                 settings: dict[str, str] | None = None) -> dict:
     ckpt = Path(path)
     parts = load_parts(path, decoder, settings)
     files = weight_files(ckpt)
     weights = sum(n for _, _, n in parts)
-    ids = ",".join(str(i) for i in range(1, 17))  # a 16-token prompt (a mask id among them is refused in one line)
+    ids = ",".join(str(i) for i in prompt_ids(ckpt))
     argv = [sys.executable, "-m", "ripple.cli", "generate", "--model", str(ckpt), "--input-ids", ids,
             "--decoder", decoder, "--gen-length", str(gen_length), "--block-length", str(block_length),
             "--dtype", "bfloat16", "--device", "cpu", "--json"]
@@ -54,7 +75,8 @@ def load_memory(path: str, gen_length: int = 32, block_length: int = 32, decoder
     proc = subprocess.run(argv, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise RippleError(f"ripple generate on {ckpt} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise RippleError(f"ripple generate on {ckpt} failed: {last}")
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux reports KiB
     ratio = peak / weights
     both = "" if len(parts) == 1 else " (" + " + ".join(f"{role} {n / 2**30:.2f}" for role, _, n in parts) + ")"
