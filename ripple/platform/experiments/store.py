@@ -348,7 +348,7 @@ class ResultStore:
         """`check_weights` for the second models beside the dLLM (a verifier): each stored cell's `aux_weights`
         (hyperparameter -> digest) against the digest of the checkpoint its params name now; a hub id is not
         checked. Samples a replaced verifier decoded are refused as a replaced dLLM's are."""
-        from ..runtime.loading import local_weights_digest
+        from ..runtime.checkpoints import local_weights_digest
 
         frame = self.read_all().filter(pl.col("error").is_null() & pl.col("aux_weights").is_not_null())
         now: dict[str, str | None] = {}
