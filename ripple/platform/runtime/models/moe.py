@@ -10,7 +10,7 @@ Qwen3-MoE routing ("softmax"): softmax of the router logits in float32, the top-
 by that probability, their weights renormalised to sum 1 when `norm_topk` (the config's
 `norm_topk_prob`); no groups, bias, scaling or shared expert. DiffusionGemma (Gemma 4's MoE)
 routes the same way on a scaled input with per-expert weight scales and GELU experts
-(models/diffusion_gemma.py, through `MoE.mix`).
+(models/diffusion_gemma_model.py, through `MoE.mix`).
 
 Why not the reference's expert loop: it copies the per-expert token counts to the host in
 every layer (`.cpu().numpy()`, then `.item()` per expert) to slice the sorted tokens, so a
