@@ -90,3 +90,20 @@ print(json.dumps({{"dynamo": dynamo, **{IMPORTED}}}))
 """
     found = _fresh(code)
     assert found["dynamo"] == [False] * (len(embedded) + len(checkpoints)) and found["torch"]
+
+
+def test_a_grid_driver_parses_plans_and_digests_without_torch():
+    """A `ripple grid` driver only hands work to Ray workers: parsing the shipped specs (each model's family
+    and files checked), planning and digesting the weights import no torch (about 2 s of CPU per driver)."""
+    code = f"""
+import json, sys
+from ripple.api import grid_spec
+from ripple.platform.experiments.grid import model_digests, plan
+specs = [grid_spec(name) for name in ("demo", "demo-lines", "learned", "field", "rps-ablation")]
+items = plan(specs[0])
+digests = model_digests(["ripple-tiny", "ripple-tiny-bd", "ripple-tiny-lines"])
+print(json.dumps({{"items": len(items), "digests": sorted(digests), **{IMPORTED}}}))
+"""
+    found = _fresh(code)
+    assert found["items"] > 0 and found["digests"] == ["ripple-tiny", "ripple-tiny-bd", "ripple-tiny-lines"]
+    assert found["torch"] is False

@@ -1,7 +1,8 @@
 """`python -m ripple.bench --preset diffusion-gemma-26b`: what DiffusionGemma's passes cost here.
 
-A uniform-noise family (models/diffusion_gemma.py) is not decoded by the mask engine, so its
-preset report times the model's own passes on random weights of the preset's shapes, at batch 1:
+A uniform-noise family (models/diffusion_gemma.py, its module in diffusion_gemma_model.py) is not
+decoded by the mask engine, so its preset report times the model's own passes on random weights of
+the preset's shapes, at batch 1:
 the encoder over the prompt (a new KV cache), the decoder over a canvas without and with
 self-conditioning (every denoising step after a canvas's first feeds the previous logits back),
 and the encoder extending the cache by an emitted canvas. Each timing is a median of runs with the

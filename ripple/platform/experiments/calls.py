@@ -27,7 +27,7 @@ from ...errors import RippleError
 if TYPE_CHECKING:
     import polars as pl
 
-    from ..runtime.engine import GenerationConfig
+    from ..runtime.generation import GenerationConfig
     from ..runtime.loading import LoadedModel
     from .evaluate import CellResult, SampleResult
     from .metrics import CellMetrics
@@ -79,7 +79,7 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler] | None, model: st
     settings = dict(settings or {})
     source = _config_source(model)
     if decoder is None:  # which one depends on the family: config.json is read first
-        from ..runtime.loading import config_noise
+        from ..runtime.checkpoints import config_noise
 
         decoder = default_decoder(config_noise(source)[1])
     if isinstance(decoder, str):
@@ -99,7 +99,7 @@ def resolve_decoder(decoder: str | Scheduler | type[Scheduler] | None, model: st
 
     strings = {} if cls is None else _setting_strings(cls, settings)
     built = decoder if cls is None else make(strings)
-    from ..runtime.loading import config_noise, generation_defaults
+    from ..runtime.checkpoints import config_noise, generation_defaults
 
     check_noise(built, *config_noise(source))
     defaults = {} if cls is None else cls.model_defaults(generation_defaults(source))
@@ -122,7 +122,7 @@ def default_lengths(model: str | os.PathLike | LoadedModel, gen_length: int | No
                     block_length: int | None = None) -> tuple[int, int]:
     """(gen_length, block_length): those given, else the model's generation_config.json's, else the
     defaults (module docstring)."""
-    from ..runtime.loading import generation_defaults
+    from ..runtime.checkpoints import generation_defaults
 
     given = {"gen_length": gen_length, "block_length": block_length}
     if None in given.values():
@@ -142,8 +142,8 @@ def decode_config(model: str | os.PathLike | LoadedModel, decoder: Scheduler, *,
     """The run's GenerationConfig, checked (before any weights load): lengths default as
     `default_lengths` says (the block to the response for a decoder with its own, `own_geometry`), the
     cache to the decoder's own."""
-    from ..runtime.engine import GenerationConfig
-    from ..runtime.loading import block_aligned
+    from ..runtime.generation import GenerationConfig
+    from ..runtime.checkpoints import block_aligned
 
     gen, block = default_lengths(model, gen_length, block_length)
     if block_length is None and decoder.own_geometry:  # one block (APD) unless the call sets another, refused
@@ -389,7 +389,7 @@ def evaluate(model, task: str, decoder: str | Scheduler | type[Scheduler] | None
     the_task = get_task(task, data_dir=data_dir)
     the_task.examples("test", 1)  # read the data now: a missing dataset fails before the model loads
     if not hasattr(model, "tokenizer"):  # a loaded model's is checked by evaluate_cell (nothing loads then)
-        from ..runtime.loading import require_tokenizer
+        from ..runtime.checkpoints import require_tokenizer
 
         require_tokenizer(str(model))
     lm = load(model, dtype=dtype, device=device)

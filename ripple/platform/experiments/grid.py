@@ -99,7 +99,7 @@ def plan(spec: GridSpec, experiment: str | None = None, run_id: str | None = Non
 
 def model_digests(models: Iterable[str]) -> dict[str, str | None]:
     """The weights digest of each model as the driver sees it now (None for a hub id)."""
-    from ..runtime.loading import local_weights_digest
+    from ..runtime.checkpoints import local_weights_digest
 
     return {m: local_weights_digest(m) for m in sorted(set(models))}
 

@@ -43,7 +43,7 @@ from ...tasks import gsm8k, humaneval, math500, mbpp
 from ...tasks.base import cut_at_stops
 from ...tasks.prompting import encode_text
 from ..runtime.engine import Engine, GenerationConfig
-from ..runtime.loading import require_tokenizer
+from ..runtime.checkpoints import require_tokenizer
 from .calls import attach_auxiliary, decode_config, load, resolve_decoder
 from .evaluate import sample_seed
 

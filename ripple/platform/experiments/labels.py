@@ -256,8 +256,8 @@ def label(model: str, task: str | list[str], out: str | os.PathLike, *, split: s
 def weights_sha256(model: str) -> str | None:
     """The full sha256 of a local model's weights (`loading.weights_sha256`); None for a hub id (whose
     weights only the workers hold: their 12-digit digest stands in)."""
-    from ..runtime.loading import EMBEDDED, resolve_model_dir
-    from ..runtime.loading import weights_sha256 as digest
+    from ..runtime.checkpoints import EMBEDDED, resolve_model_dir
+    from ..runtime.checkpoints import weights_sha256 as digest
 
     path = resolve_model_dir(model) if model in EMBEDDED else Path(model).expanduser()
     return digest(path) if path.is_dir() else None

@@ -141,7 +141,7 @@ class Cell(DecodeSettings):
         cls = self.decoder_class if self._known_params() is not None else None
         if cls is None or getattr(cls.artifacts, "__func__", None) is Scheduler.artifacts.__func__:
             return {}
-        from ..runtime.loading import EMBEDDED
+        from ..runtime.checkpoints import EMBEDDED
 
         path = EMBEDDED.get(self.model) or Path(self.model).expanduser()
         model_dir = str(path) if path.is_dir() else None
@@ -548,8 +548,7 @@ class SpecParser:
         """Refuse now, not in a worker after loading the dLLM, a second model a decoder's configuration names
         (a verifier) that is not found or cannot serve the cell's model (auxiliary.check_fit), wherever both
         are local or embedded; a hub id is checked by the worker that downloads it, before decoding."""
-        from ..runtime.auxiliary import check_fit
-        from ..runtime.loading import EMBEDDED, resolve_model_dir
+        from ..runtime.checkpoints import EMBEDDED, resolve_model_dir
 
         def local(name: str) -> bool:
             return name in EMBEDDED or Path(name).expanduser().is_dir()
@@ -558,6 +557,8 @@ class SpecParser:
         for c in cells:
             if not c.decoder_class.Params.auxiliary_fields():  # the kind of model is declared there
                 continue
+            from ..runtime.auxiliary import check_fit  # it imports torch: only for a decoder with a second model
+
             decoder = c.make_decoder()
             kinds = decoder.Params.auxiliary_fields()
             for hp, name in decoder.auxiliary_models().items():
@@ -588,7 +589,7 @@ class SpecParser:
         checked here, cheaply: a worker would refuse them only after loading the weights) or a hub id,
         which only the workers resolve: downloading 16 GB into the driver just to validate would be
         wrong. The family's kind of noise is kept for `decoders_fit`."""
-        from ..runtime.loading import EMBEDDED, dllm_family, read_config, require_tokenizer, weight_files
+        from ..runtime.checkpoints import EMBEDDED, dllm_family, read_config, require_tokenizer, weight_files
 
         path = Path(name).expanduser()
         if name not in EMBEDDED and path.is_dir():
@@ -774,7 +775,7 @@ class SpecParser:
                 raise self.fail(f"decoder {label(cls)!r} does not support cache {cache!r}; supported: {', '.join(supported)}")
 
     def lengths(self, gens: list[int], blocks: list[int], align: str = "response") -> None:
-        from ..runtime.engine import GenerationConfig
+        from ..runtime.generation import GenerationConfig
 
         for gen, block in itertools.product(gens, blocks):
             try:
@@ -784,7 +785,7 @@ class SpecParser:
 
     def sub_block_length(self, value: Any, blocks: list[int]) -> int | None:
         """None (the block length), or a positive length that divides every block length."""
-        from ..runtime.engine import check_sub_block
+        from ..runtime.generation import check_sub_block
 
         if value is None:
             return None
@@ -799,7 +800,7 @@ class SpecParser:
         return value
 
     def block_align(self, value: Any) -> str:
-        from ..runtime.engine import BLOCK_ALIGNS
+        from ..runtime.generation import BLOCK_ALIGNS
 
         if value not in BLOCK_ALIGNS:
             raise self.fail(f"'block_align' takes one of {', '.join(BLOCK_ALIGNS)}, got {value!r}")

@@ -85,10 +85,10 @@ class DecodeSettings:
     # JSON of the task's constructor options set by the spec (a code task's sandbox limits), sorted;
     # "{}" = the task's defaults, what every record before the key existed used (left out of ids)
     task_options: str = "{}"
-    # where blocks start (engine.BLOCK_ALIGNS): `response` is what every record before the key meant
+    # where blocks start (generation.BLOCK_ALIGNS): `response` is what every record before the key meant
     # (left out of ids); `absolute` aligns a full-attention family's blocks to position 0 as dInfer does
     block_align: str = "response"
-    # sub-blocks (engine.GenerationConfig.sub_block_length): None = the block length, what every record
+    # sub-blocks (generation.GenerationConfig.sub_block_length): None = the block length, what every record
     # before the key meant (left out of ids); a length that divides the block decodes it in sub-blocks
     sub_block_length: int | None = None
 
@@ -348,7 +348,7 @@ class ResultStore:
         """`check_weights` for the second models beside the dLLM (a verifier): each stored cell's `aux_weights`
         (hyperparameter -> digest) against the digest of the checkpoint its params name now; a hub id is not
         checked. Samples a replaced verifier decoded are refused as a replaced dLLM's are."""
-        from ..runtime.loading import local_weights_digest
+        from ..runtime.checkpoints import local_weights_digest
 
         frame = self.read_all().filter(pl.col("error").is_null() & pl.col("aux_weights").is_not_null())
         now: dict[str, str | None] = {}

@@ -3,7 +3,7 @@ accepts are exactly the registered policies, and a policy is an addition the eng
 knowing its name."""
 import pytest
 
-import ripple.platform.runtime.engine as engine_module
+import ripple.platform.runtime.generation as generation_module  # GenerationConfig checks the cache name there
 from ripple.decoders import CACHE_NAMES, CACHE_POLICIES
 from ripple.decoders.default import Default
 from ripple.errors import RippleError
@@ -55,7 +55,7 @@ class Widths:
 @pytest.mark.parametrize("family", ["full", "shifted"])
 def test_a_new_policy_is_one_more_registry_entry(monkeypatch, family):
     monkeypatch.setitem(POLICIES, "whole", WholeCanvas)
-    monkeypatch.setattr(engine_module, "CACHE_NAMES", CACHE_NAMES + ("whole",))
+    monkeypatch.setattr(generation_module, "CACHE_NAMES", CACHE_NAMES + ("whole",))
     scripted, model = scripted_engine(family)
     runs = {}
     for cache in ("whole", "none", "prefix"):

@@ -9,8 +9,8 @@ reference takes the argmax over the whole vocabulary and can write the mask id b
 """
 from __future__ import annotations
 
+from .config import TransformerConfig
 from .family import Family, register_family, renamer, require
-from .transformer import TransformerConfig
 
 QWEN2_BLOCK = {
     "self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",

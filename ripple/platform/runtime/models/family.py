@@ -1,14 +1,15 @@
 """The family registry: how one checkpoint format maps onto `DiffusionTransformer`."""
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
-
-from torch import nn
+from typing import TYPE_CHECKING, Any, Callable
 
 from ....errors import RippleError
-from .transformer import DiffusionTransformer
+
+if TYPE_CHECKING:  # the modules are imported at build time: a family is declared without torch
+    from torch import nn
 
 NOISES = ("mask", "uniform")
 # which ids end a response (the engine's stops and its "generated tokens"), by name: `every`
@@ -55,7 +56,8 @@ class Family:
     noise: str = "mask"
     # the family's own module class, built as module(cfg, family=name, noise=noise) from `to_config`'s
     # result; None: DiffusionTransformer with the mask-decoding properties above
-    module: Callable[..., nn.Module] | None = None
+    # ("package.module:Class" names it without importing it, so a family is declared without torch)
+    module: Callable[..., nn.Module] | str | None = None
     # ids a user's prompt may not hold, read from config.json: {id: (what it is, why it is refused)}.
     # Only the prompt is checked (before any weights load, and at the encoder's prompt columns); tokens
     # the model generated are text whatever their id, under every cache
@@ -90,7 +92,13 @@ class Family:
     def build(self, cfg: Any) -> nn.Module:
         """The module for `cfg`, carrying the family's decoding properties for the engine."""
         if self.module is not None:
-            return self.module(cfg, family=self.name, noise=self.noise)
+            module = self.module
+            if isinstance(module, str):
+                where, _, name = module.partition(":")
+                module = getattr(importlib.import_module(where), name)
+            return module(cfg, family=self.name, noise=self.noise)
+        from .transformer import DiffusionTransformer
+
         return DiffusionTransformer(cfg, shift=self.shift, opening_commit=self.opening_commit,
                                     block_causal=self.block_causal, stops_at_eos=self.stops_at_eos,
                                     eos_stops_mid_block=self.eos_stops_mid_block,

@@ -27,9 +27,9 @@ read, and batches equal single runs.
 from __future__ import annotations
 
 from ....errors import RippleError
+from .config import TransformerConfig
 from .dream import QWEN2_RENAME, qwen2_max_positions, qwen2_tied_head
 from .family import Family, register_family, require
-from .transformer import TransformerConfig
 
 
 def _config(cfg: dict) -> TransformerConfig:

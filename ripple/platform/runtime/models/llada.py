@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 
 from ....errors import RippleError
+from .config import TransformerConfig
 from .family import Family, register_family, renamer, require
-from .transformer import TransformerConfig
 
 _BLOCK = {
     "q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v", "attn_out": "attn.o",

@@ -18,9 +18,8 @@ from __future__ import annotations
 import re
 
 from ....errors import RippleError
+from .config import MoEConfig, TransformerConfig, expert_slot
 from .family import Family, register_family, renamer, require
-from .moe import MoEConfig, expert_slot
-from .transformer import TransformerConfig
 
 _ATTN = {"attention.query_key_value": "attn.qkv", "attention.dense": "attn.o",
          "attention.query_layernorm": "attn.q_norm", "attention.key_layernorm": "attn.k_norm",

@@ -10,7 +10,7 @@ Qwen3-MoE routing ("softmax"): softmax of the router logits in float32, the top-
 by that probability, their weights renormalised to sum 1 when `norm_topk` (the config's
 `norm_topk_prob`); no groups, bias, scaling or shared expert. DiffusionGemma (Gemma 4's MoE)
 routes the same way on a scaled input with per-expert weight scales and GELU experts
-(models/diffusion_gemma.py, through `MoE.mix`).
+(models/diffusion_gemma_model.py, through `MoE.mix`).
 
 Why not the reference's expert loop: it copies the per-expert token counts to the host in
 every layer (`.cpu().numpy()`, then `.item()` per expert) to slice the sorted tokens, so a
@@ -23,8 +23,6 @@ the MLP work. `per_expert_loop` is the reference's strategy, kept as the benchma
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
@@ -32,70 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import ACTIVATION_NAMES, SCORE_FUNCTIONS, MoEConfig, expert_slot  # noqa: F401 (re-exported)
 
-SCORE_FUNCTIONS = ("sigmoid", "softmax")
+
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,  # SwiGLU experts (LLaDA2, Qwen3-MoE)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GeGLU experts (Gemma's gelu_pytorch_tanh)
 }
-_EXPERT_KEY = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
-
-
-def expert_slot(key: str) -> tuple[str, tuple[int, ...]] | None:
-    """One expert's checkpoint tensor (`model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight`, as
-    LLaDA2 and Qwen3-MoE checkpoints store them) -> our stacked parameter and the index of its slice
-    (`MoE.w_gate_up` [E, 2, I, d], `MoE.w_down` [E, d, I]); None for any other key."""
-    m = _EXPERT_KEY.match(key)
-    if m is None:
-        return None
-    layer, expert, proj = int(m.group(1)), int(m.group(2)), m.group(3)
-    if proj == "down":
-        return f"layers.{layer}.moe.w_down", (expert,)
-    return f"layers.{layer}.moe.w_gate_up", (expert, 0 if proj == "gate" else 1)
-
-
-@dataclass(frozen=True)
-class MoEConfig:
-    n_experts: int
-    top_k: int
-    n_group: int
-    topk_group: int
-    hidden: int  # one expert's intermediate size
-    n_shared: int  # shared experts (one MLP of hidden * n_shared); 0 for none
-    routed_scaling: float
-    score_function: str = "sigmoid"  # one of SCORE_FUNCTIONS: LLaDA2's grouped sigmoid, Qwen3-MoE's softmax
-    norm_topk: bool = True  # softmax routing: renormalise the chosen k weights to sum 1
-    activation: str = "silu"  # one of ACTIVATIONS: the experts' gate activation
-
-    def problems(self) -> list[str]:
-        """What makes this routing impossible (empty when it works), for a one-line config error."""
-        out = []
-        for name in ("n_experts", "top_k", "n_group", "topk_group", "hidden"):
-            if getattr(self, name) < 1:
-                out.append(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.score_function not in SCORE_FUNCTIONS:
-            out.append(f"score_function {self.score_function!r} is unknown; accepted: {', '.join(SCORE_FUNCTIONS)}")
-        if self.activation not in ACTIVATIONS:
-            out.append(f"activation {self.activation!r} is unknown; accepted: {', '.join(ACTIVATIONS)}")
-        if out:
-            return out
-        if self.score_function == "softmax":
-            if self.top_k > self.n_experts:
-                out.append(f"num_experts_per_tok {self.top_k} exceeds num_experts {self.n_experts}")
-            return out
-        if self.n_experts % self.n_group:
-            out.append(f"num_experts {self.n_experts} is not divisible by n_group {self.n_group}")
-        elif self.n_experts // self.n_group < 2:
-            out.append(f"each of the n_group {self.n_group} groups needs at least 2 experts "
-                       f"(a group scores by its two best), got {self.n_experts // self.n_group}")
-        if self.topk_group > self.n_group:
-            out.append(f"topk_group {self.topk_group} exceeds n_group {self.n_group}")
-        elif not out and self.top_k > self.topk_group * (self.n_experts // self.n_group):
-            out.append(f"num_experts_per_tok {self.top_k} exceeds the {self.topk_group * (self.n_experts // self.n_group)} "
-                       f"experts of the topk_group {self.topk_group} kept groups")
-        if self.n_shared < 0:
-            out.append(f"num_shared_experts must be >= 0, got {self.n_shared}")
-        return out
+assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # config.py names them for validation without torch
 
 
 class GatedMLP(nn.Module):

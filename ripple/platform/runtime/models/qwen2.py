@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 
 from ....errors import RippleError
+from .config import TransformerConfig
 from .dream import QWEN2_BLOCK, QWEN2_RENAME, qwen2_config, qwen2_max_positions, qwen2_tied_head
 from .family import Family, register_family
-from .transformer import TransformerConfig
 
 
 def _config(cfg: dict) -> TransformerConfig:

@@ -16,9 +16,8 @@ decoding ends after a block that leaves a stop id in the response.
 from __future__ import annotations
 
 from ....errors import RippleError
+from .config import MoEConfig, TransformerConfig, expert_slot
 from .family import Family, register_family, renamer, require
-from .moe import MoEConfig, expert_slot
-from .transformer import TransformerConfig
 
 _BLOCK = {
     "self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",

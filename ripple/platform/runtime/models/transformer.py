@@ -22,36 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import TransformerConfig  # noqa: F401 (re-exported)
 from .moe import MoE, MoEConfig
-
-
-@dataclass(frozen=True)
-class TransformerConfig:
-    vocab_size: int  # rows of the output head (LLaDA: embedding_size)
-    d_model: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    mlp_hidden: int
-    rope_theta: float
-    norm_eps: float
-    qkv_bias: bool = False
-    rope_full_precision: bool = True
-    head_size: int | None = None  # None: d_model // n_heads
-    rotary_dims: int | None = None  # RoPE on the first rotary_dims dims of a head; None: all
-    fused_qkv: bool = False  # one [q; k; v] projection (LLaDA2's query_key_value)
-    qk_norm: bool = False  # per-head RMSNorm on q and k before RoPE
-    out_bias: bool = False  # bias on the attention output projection
-    moe: MoEConfig | None = None  # MoE MLPs in layers >= dense_layers
-    dense_layers: int = 0
-
-    @property
-    def head_dim(self) -> int:
-        return self.head_size or self.d_model // self.n_heads
-
-    @property
-    def rotary_dim(self) -> int:
-        return self.rotary_dims or self.head_dim
 
 
 @dataclass
