@@ -198,9 +198,8 @@ def closest_to_oracle(cells: pl.DataFrame) -> Table | None:
         if default.height == 0 or oracle.height == 0:
             continue
         base, ref = default.row(0, named=True), oracle.row(0, named=True)
-        oracles, own = set(oracle["cell_id"]), set(rows["cell_id"])
-        elsewhere = [cid for cid, o in oracle_of.items() if o in oracles and cid not in own]
-        rows = pl.concat([rows, cells.filter(pl.col("cell_id").is_in(elsewhere))])
+        oracles = set(oracle["cell_id"])  # the candidates: every cell compared with this group's oracle
+        rows = cells.filter(pl.col("cell_id").is_in([cid for cid, o in oracle_of.items() if o in oracles]))
         keep = rows.filter(~pl.col("decoder").is_in([BASELINE_DECODER, ORACLE_DECODER])
                            & (pl.col("accuracy") >= base["accuracy"] - CLOSEST_POINTS) & pl.col("mean_nfe").is_not_nan())
         best = keep.sort("mean_nfe", "label").row(0, named=True) if keep.height else None

@@ -110,8 +110,7 @@ from ...errors import RippleError
 from .auxiliary import Counted, models_for
 from .caches import NO_NARROWING, POLICIES, Window, cache_policy
 from .models.transformer import KVCache
-# their home is generation.py (no torch: a driver checks a spec by them); imported from here too
-from .generation import BLOCK_ALIGNS, GenerationConfig, check_sub_block, indivisible  # noqa: F401
+from .generation import GenerationConfig, indivisible  # noqa: F401  (GenerationConfig: imported from here too)
 from .output import SampleOutput, synchronize  # noqa: F401  (their home; imported from here too)
 from .plans import EosStops, apply_decision, check_plan
 from .reference import Reference, follow
