@@ -49,7 +49,7 @@ def harness_tasks(harness_task_objects):
 
 
 @pytest.fixture(scope="session")
-def grid_store(tmp_path_factory):
+def grid_store(tmp_path_factory, mlflow_db):
     """One real store of the demo grid (two samples per cell: a cell's bootstrap intervals need two) and
     the rps-tiny grid (Confidence at four taus, RPS variants; one sample per cell), with MLflow, and their
     `ripple grid --json` summaries: for test_grid.py and the dashboards' tests. Built once (the grids take
@@ -66,11 +66,16 @@ def grid_store(tmp_path_factory):
     (root / "grid-store").mkdir(exist_ok=True)
     with FileLock(str(root / "grid-store.lock")):
         if not summaries.exists():
-            # the demo grid is the suite's largest: a longer guard than run_grid's default on a loaded machine
-            grids = {name: run_grid(name, "--limit", limit, "--store", str(store), timeout=900)
+            from tests.platform.gridtools import seed_mlflow
+
+            seed_mlflow(store, mlflow_db)
+            # the demo grid is the suite's largest: a longer guard than run_grid's default on a loaded machine.
+            # One worker per model: each costs about 3 s of CPU to start, and the other xdist worker keeps
+            # the second core busy anyway
+            grids = {name: run_grid(name, "--limit", limit, "--store", str(store), "--workers", "1", timeout=900)
                      for name, limit in (("demo", "2"), ("rps-tiny", "1"))}
             before = _mlflow_run_ids(store, "demo")
-            again = run_grid("demo", "--limit", "2", "--store", str(store))
+            again = run_grid("demo", "--limit", "2", "--store", str(store), "--workers", "1")
             (root / "grid-store" / "rerun.json").write_text(json.dumps({"summary": again, "run_ids_before": before}))
             summaries.write_text(json.dumps(grids))
     return store, json.loads(summaries.read_text())

@@ -81,7 +81,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -156,7 +156,7 @@ def shared_head() -> str:
         deadline = time.time() + 120
         # the GCS port answers first (a socket, cheap to poll); each `ray health-check` is an interpreter
         # importing Ray (about a second of CPU), so it is asked only then
-        while not _listening(port) or subprocess.run(ray_bin("health-check", "--address", address), env=env(),
+        while not listening(port) or subprocess.run(ray_bin("health-check", "--address", address), env=env(),
                                                      capture_output=True).returncode != 0:
             assert head.poll() is None and time.time() < deadline, "the shared Ray head did not come up"
             time.sleep(0.3)
@@ -248,6 +248,13 @@ def wait_for_records(store: ResultStore, count: int, proc: subprocess.Popen, tim
             raise AssertionError(f"driver exited ({proc.returncode}) before {count} records: {proc.stderr.read()[-2000:]}")
         time.sleep(0.1)
     raise AssertionError(f"no {count} records within {timeout}s")
+
+
+def seed_mlflow(store_dir: Path, template: Path) -> None:
+    """Put an empty MLflow store (the session's `mlflow_db`, migrated once) where a grid tracking into
+    `store_dir` will look: for tests not about creating one (a new store's migrations cost about 2 s of CPU)."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(template, store_dir / "mlflow.db")
 
 
 def write_spec(path: Path, text: str) -> Path:

@@ -20,12 +20,17 @@ Every surface (`ripple eval`, the grid table, MLflow, sweeps, `ripple report`) c
                same rule on strictly formatted answers; None for tasks without it;
   PBx          ParallelBench's summary over a set of tasks: the largest tokens per step among a
                decoder's configurations whose mean score over the tasks is at least x (`pb_scores`).
-Statistics come from scipy.stats, not hand-written formulas.
+The three statistics are scipy.stats' own definitions (Wilson without continuity correction,
+`binomtest`'s two-sided p-value at 1/2, `bootstrap`'s paired percentile interval with its draws),
+written out here with numpy and the standard library: importing scipy.stats costs every driver,
+report and trial process about a second of CPU. tests/platform/experiments/test_metrics.py checks
+them against scipy itself.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
@@ -136,44 +141,58 @@ def _ratio_text(v: float | None, lo: float | None, hi: float | None) -> str:
     return f"{v:.2f}x" if lo is None else f"{v:.2f}x ±{(hi - lo) / 2:.2f}"
 
 
+def _z(confidence: float = CONFIDENCE) -> float:
+    """The standard normal quantile of a two-sided interval at `confidence` (1.96 at 95 %)."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + 0.5 * confidence)
+
+
 def wilson(correct: int, n: int) -> tuple[float, float]:
-    """95 % Wilson interval of a proportion, in percent ((0, 100) when n is 0)."""
+    """95 % Wilson interval of a proportion, in percent ((0, 100) when n is 0): scipy's
+    `binomtest(correct, n).proportion_ci(method="wilson")`, term for term."""
     if n == 0:
         return 0.0, 100.0
-    from scipy.stats import binomtest
-
-    ci = binomtest(correct, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
-    return 100 * float(ci.low), 100 * float(ci.high)
+    z, p = _z(), correct / n
+    denom = 2 * (n + z ** 2)
+    center = (2 * n * p + z ** 2) / denom
+    delta = z / denom * math.sqrt(4 * n * p * (1 - p) + z ** 2)
+    lo = 0.0 if correct == 0 else center - delta
+    hi = 1.0 if correct == n else center + delta
+    return 100 * float(lo), 100 * float(hi)
 
 
 def mcnemar_exact(cell_correct: Iterable[bool], base_correct: Iterable[bool]) -> float:
-    """Two-sided exact McNemar p-value for paired correctness (1.0 with no discordant pair)."""
-    from scipy.stats import binomtest
-
+    """Two-sided exact McNemar p-value for paired correctness (1.0 with no discordant pair): the
+    binomial test of the discordant pairs at 1/2, whose two tails are mirror images, summed exactly."""
     pairs = list(zip(cell_correct, base_correct, strict=True))
     only_cell = sum(a and not b for a, b in pairs)
     only_base = sum(b and not a for a, b in pairs)
-    if only_cell + only_base == 0:
+    n = only_cell + only_base
+    if n == 0 or only_cell == only_base:
         return 1.0
-    return float(binomtest(only_cell, only_cell + only_base, 0.5).pvalue)
+    tail = sum(math.comb(n, i) for i in range(min(only_cell, only_base) + 1))
+    return min(1.0, float(Fraction(2 * tail, 2 ** n)))
 
 
 def _ratio_of_sums(num_a, den_a, num_b, den_b, axis=-1):
-    """(sum num_a / sum den_a) / (sum num_b / sum den_b) along `axis` (vectorised for bootstrap)."""
+    """(sum num_a / sum den_a) / (sum num_b / sum den_b) along `axis` (vectorised over resamples)."""
     return (np.sum(num_a, axis) / np.sum(den_a, axis)) / (np.sum(num_b, axis) / np.sum(den_b, axis))
 
 
 def paired_ratio_interval(num_a, den_a, num_b, den_b, seed: int = SEED) -> tuple[float, float] | None:
     """95 % percentile paired-bootstrap interval of `_ratio_of_sums` (None below 2 pairs or when
-    a resample's denominator can vanish)."""
-    from scipy.stats import bootstrap
-
+    a resample's denominator can vanish): scipy's `bootstrap(paired=True, method="percentile")`
+    with the same generator, so the same draws (`RESAMPLES` rows of n sample indices at once)."""
     data = tuple(np.asarray(x, dtype=np.float64) for x in (num_a, den_a, num_b, den_b))
-    if len(data[0]) < 2 or not all(np.all(d > 0) for d in (data[1], data[2])):
+    n = len(data[0])
+    if n < 2 or not all(np.all(d > 0) for d in (data[1], data[2])):
         return None
-    res = bootstrap(data, _ratio_of_sums, paired=True, vectorized=True, n_resamples=RESAMPLES,
-                    confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    idx = np.random.default_rng(seed).integers(0, n, (RESAMPLES, n))  # [R, n]
+    ratios = _ratio_of_sums(*(d[idx] for d in data))  # [R]
+    alpha = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(ratios, [alpha, 1 - alpha])
+    return float(low), float(high)
 
 
 def _ok(rows: pl.DataFrame) -> pl.DataFrame:

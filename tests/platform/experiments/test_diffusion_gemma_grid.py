@@ -7,13 +7,13 @@ import pytest
 
 from ripple.platform.experiments.evaluate import sample_seed
 from ripple.platform.experiments.store import ResultStore
-from tests.platform.gridtools import run_grid
+from tests.platform.gridtools import run_grid, seed_mlflow
 from tests.platform.runtime.checkpoints import gemma_with_tokenizer
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_renoise_grid_stores_each_samples_seed(golden, tmp_path):
+def test_a_renoise_grid_stores_each_samples_seed(golden, tmp_path, mlflow_db):
     model = gemma_with_tokenizer(golden, tmp_path / "dg")
     spec = tmp_path / "dg.yaml"
     spec.write_text(f"""experiment: dg-tiny
@@ -30,8 +30,10 @@ seeds: [7]
 dtype: float32
 workers:
   cpus: 1
+  count: 1
 """)
     store_dir = tmp_path / "store"
+    seed_mlflow(store_dir, mlflow_db)
     out = run_grid(str(spec), "--store", str(store_dir))
     assert (out["planned"], out["computed"]) == (4, 4)
     records = ResultStore(store_dir, "dg-tiny").read()

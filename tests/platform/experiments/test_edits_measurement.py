@@ -13,7 +13,7 @@ from ripple.cli import main
 from ripple.platform.experiments.metrics import mean_edits
 from ripple.platform.experiments.store import ResultStore
 from ripple.platform.experiments.tracking import tracking_uri
-from tests.platform.gridtools import env, grid_cmd, run_grid
+from tests.platform.gridtools import env, grid_cmd, run_grid, seed_mlflow
 
 EDITING = ["--set", "tau=0.5", "--set", "edit_tau=0.0", "--set", "max_post_steps=2"]
 SPEC = """experiment: edits
@@ -22,6 +22,7 @@ tasks: [arith]
 limit: 3
 gen_lengths: [48]
 block_lengths: [16]
+workers: {cpus: 1, count: 1}
 decoders:
   - default
   - {name: confidence, params: {tau: 0.5, edit_tau: 0.0, max_post_steps: 2}}
@@ -44,10 +45,11 @@ def test_eval_json_has_mean_edits_only_for_an_editing_cell(capsys):
 
 
 @pytest.mark.slow
-def test_edits_reach_records_grid_table_json_mlflow_and_leaderboard(tmp_path):
+def test_edits_reach_records_grid_table_json_mlflow_and_leaderboard(tmp_path, mlflow_db):
     spec = tmp_path / "edits.yaml"
     spec.write_text(SPEC)
     store_dir = tmp_path / "store"
+    seed_mlflow(store_dir, mlflow_db)
     out = run_grid(str(spec), "--store", str(store_dir))
     by_decoder = {r["decoder"]: r for r in out["results"]}
     assert by_decoder["confidence"]["mean_edits"] > 0 and "mean_edits" not in by_decoder["default"]

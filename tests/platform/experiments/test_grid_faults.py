@@ -13,8 +13,8 @@ from ripple.cli import main
 from ripple.platform.experiments.lock import _read
 from ripple.platform.experiments.store import ResultStore
 
-from tests.platform.gridtools import (env, grid_cmd, kill_group, run_grid, signal_when, start_grid, stored,
-                                      wait_for_records, wait_group_gone, write_spec)
+from tests.platform.gridtools import (env, grid_cmd, kill_group, run_grid, seed_mlflow, signal_when, start_grid,
+                                      stored, wait_for_records, wait_group_gone, write_spec)
 
 pytestmark = pytest.mark.slow
 
@@ -157,13 +157,14 @@ def test_a_full_disk_under_the_mlflow_store_is_one_line_and_leaves_no_half_made_
 
 
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_sigint_and_sigterm_stop_a_grid_cleanly(tmp_path, signum, status):
+def test_sigint_and_sigterm_stop_a_grid_cleanly(tmp_path, mlflow_db, signum, status):
     from mlflow.tracking import MlflowClient
 
     # Confidence's fast cell first: its records are stored within seconds, so the signal lands in the
     # slow default cell after it even on a loaded machine (a signal waits for the sample in flight)
     spec, store_dir = _spec(tmp_path, "stopped", 6, decoders="confidence, default"), tmp_path / "store"
     store = ResultStore(store_dir, "stopped")
+    seed_mlflow(store_dir, mlflow_db)
     proc = start_grid(str(spec), "--store", str(store_dir), own_ray=True)  # its Ray is shut down: checked below
     _, _, err = signal_when(proc, lambda: wait_for_records(store, 1, proc), signum, timeout=120)
     assert proc.returncode == status, err[-3000:]

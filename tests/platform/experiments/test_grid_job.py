@@ -16,23 +16,26 @@ import pytest
 
 from ripple.platform.experiments.store import ResultStore
 
-from tests.platform.gridtools import env, free_port, group_alive, ray_bin, start_head, stop_head
+from tests.platform.gridtools import env, group_alive, listening, ray_bin, seed_mlflow, start_head, stop_head
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
+def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path, mlflow_db):
     # `ripple` and `python` inside the job are whatever is on the head's PATH: put the venv first
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     head_env = env(PATH=path)
     head, _, ray_tmp = start_head("--include-dashboard=true", "--dashboard-host=127.0.0.1", PATH=path)
     dash = next(int(a.split("=")[1]) for a in head.args if a.startswith("--dashboard-port="))
     store_dir = tmp_path / "store"
+    seed_mlflow(store_dir, mlflow_db)
     try:
         deadline = time.time() + 120
-        while subprocess.run(ray_bin("job", "list", "--address", f"http://127.0.0.1:{dash}"), env=head_env,
-                             capture_output=True).returncode != 0:
+        # the dashboard's port answers first (a socket, cheap to poll); each `ray job list` is an interpreter
+        # importing Ray (about a second of CPU), so it is asked only then
+        while not listening(dash) or subprocess.run(ray_bin("job", "list", "--address", f"http://127.0.0.1:{dash}"),
+                                                    env=head_env, capture_output=True).returncode != 0:
             assert head.poll() is None and time.time() < deadline, "the Ray head did not come up"
             time.sleep(1)
         # the job API answers before the head's job agent registers (slowly on a loaded machine); Ray
@@ -40,7 +43,8 @@ def test_ray_job_submit_runs_the_grid_on_a_loopback_head(tmp_path):
         while True:
             job = subprocess.run(
                 ray_bin("job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", ".", "--",
-                     "ripple", "grid", "rps-tiny", "--limit", "1", "--store", str(store_dir), "--json"),
+                        "ripple", "grid", "rps-tiny", "--limit", "1", "--workers", "1", "--store", str(store_dir),
+                        "--json"),
                 cwd=REPO, env=head_env, capture_output=True, text=True, timeout=600)
             if "No available agent to submit job" not in job.stderr or time.time() > deadline:
                 break

@@ -1,11 +1,12 @@
 """The metrics module: closed-form intervals and tests on constructed records."""
 import math
 
+import numpy as np
 import polars as pl
 import pytest
 
-from ripple.platform.experiments.metrics import (CellMetrics, aup, aup_weight, cell_metrics, mcnemar_exact,
-                                                summarize_cells, wilson)
+from ripple.platform.experiments.metrics import (RESAMPLES, CellMetrics, _ratio_of_sums, aup, aup_weight, cell_metrics,
+                                                mcnemar_exact, paired_ratio_interval, summarize_cells, wilson)
 
 
 def records(cell, correct, nfe=10, tokens=20, seconds=1.0, errors=0):
@@ -25,6 +26,27 @@ def test_wilson_interval_matches_the_closed_form():
     assert wilson(0, 0) == (0.0, 100.0)
     lo, hi = wilson(0, 20)
     assert lo == 0.0 and hi == pytest.approx(16.11, abs=0.01)
+
+
+def test_the_statistics_equal_scipys():
+    """Wilson, the exact McNemar p-value and the paired percentile bootstrap against scipy.stats itself
+    (the definitions they write out), to the last few bits (scipy's normal quantile and quantile
+    interpolation round differently in the last place)."""
+    from scipy.stats import binomtest, bootstrap
+
+    for n in (1, 2, 7, 40, 200):
+        for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+            assert wilson(k, n) == pytest.approx((100 * ci.low, 100 * ci.high), rel=1e-12, abs=1e-12)
+            cell, base = [True] * k + [False] * (n - k), [False] * k + [True] * (n - k)
+            assert mcnemar_exact(cell, base) == pytest.approx(binomtest(k, n, 0.5).pvalue, rel=1e-12)
+    rng = np.random.default_rng(3)
+    for seed, n in enumerate((2, 3, 10, 57)):
+        data = tuple(rng.integers(1, 100, n).astype(float) for _ in range(4))
+        ref = bootstrap(data, _ratio_of_sums, paired=True, vectorized=True, n_resamples=RESAMPLES,
+                        confidence_level=0.95, method="percentile", rng=np.random.default_rng(seed))
+        got = paired_ratio_interval(*data, seed=seed)
+        assert got == pytest.approx((ref.confidence_interval.low, ref.confidence_interval.high), rel=1e-12)
 
 
 def test_exact_mcnemar_on_a_hand_computed_case():

@@ -11,6 +11,7 @@ from ripple.platform.runtime.engine import GenerationConfig
 from ripple.platform.experiments.evaluate import evaluate_cell
 from ripple.platform.runtime.loading import EMBEDDED, load_model
 from ripple.tasks import get_task
+from tests.platform.gridtools import seed_mlflow
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +79,10 @@ def test_eval_bad_input(capsys):
     assert "--limit must be a positive" in capsys.readouterr().err
 
 
-def test_demo_prints_every_decoder(capsys):
+def test_demo_prints_every_decoder(capsys, tmp_path, mlflow_db):
     from ripple.platform.experiments.demo import demo_spec
 
+    seed_mlflow(tmp_path / "results", mlflow_db)  # the store RIPPLE_STORE names (tests/platform/conftest.py)
     assert main(["demo", "--limit", "1"]) == 0
     table = capsys.readouterr().out
     for name in {c.decoder for c in demo_spec().cells}:
