@@ -17,8 +17,11 @@ SHARED ?= ../shared
 # fixtures are built once (session fixtures shared across files build once under a file lock)
 TEST_WORKERS ?= 2
 
+# Bytecode caches on, even where the environment turns them off (PYTHONDONTWRITEBYTECODE): the suite starts
+# about 200 Python processes (drivers, Ray workers, CLI runs), each of which would otherwise compile ripple's
+# modules again, and pytest would rewrite every test module in both workers
 test: .venv/.ready
-	RIPPLE_SHARED=$(SHARED) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	RIPPLE_SHARED=$(SHARED) PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # demo.yaml, then demo-lines.yaml (ripple-tiny-lines) through the grid path (Ray workers, result store in ./results,
 # MLflow: `ripple ui`; demo-lines without MLflow, to keep the demo under 3.5 minutes), then the leaderboard of that store (./results/leaderboard/leaderboard.html; its path is printed)
