@@ -11,6 +11,15 @@ def pytest_configure(config):
     on one thread: two workers with a thread per core each would fight over the cores."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"  # read by torch at import, and inherited by subprocesses
+    # Ray reads two settings once per process: its auth mode at first use and, when its constants are
+    # imported, whether a local address means loopback. This process (and what it starts) uses them as its
+    # shared head and subprocess drivers do (gridtools.RAY_ENV) from the start, so that in-process grids can
+    # join that head (a loopback head: 127.0.0.1 must not be resolved to the machine's address) whatever
+    # imported Ray first
+    from tests.platform.gridtools import RAY_ENV
+
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        os.environ[key] = RAY_ENV[key]
 
 
 def shared_dir() -> Path:
@@ -123,11 +132,11 @@ def _mlflow_run_ids(store: Path, experiment: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    """Ray started once for the module on loopback (as `ripple grid` would); each grid or sweep joins it."""
-    from tests.platform.gridtools import local_ray
+def ray_joined():
+    """This process joined to its shared Ray head for the module; each in-process grid or sweep uses it."""
+    from tests.platform.gridtools import joined_ray
 
-    with local_ray():
+    with joined_ray():
         yield
 
 

@@ -8,7 +8,8 @@ A `ripple grid` subprocess joins one Ray head per test process (`shared_head`, t
 as a driver on a cluster does) unless its test is about the Ray a driver starts and stops itself
 (`own_ray=True`): starting and stopping a local Ray costs a driver about 4 s, which most grid tests,
 about resume, faults and records rather than Ray's start-up, need not pay again and again. In-process
-grids and sweeps start Ray in the test process (`local_ray`).
+grids and sweeps join the same head from the test process (`joined_ray`), which uses the head's settings
+from its start (tests/conftest.py: Ray fixes its auth mode and what a local address means once per process).
 """
 from __future__ import annotations
 
@@ -45,17 +46,16 @@ RAY_ENV = {
 
 
 @contextmanager
-def local_ray():
-    """Ray started in this process on loopback (as `ripple grid` would), for a module's grids to join;
-    shut down on exit. (Not the shared head: a process that has started and stopped a local Ray of its
-    own, as an in-process `ripple demo` does, then has its actors on a joined head cancelled.)"""
+def joined_ray():
+    """This process connected to its shared head as a driver (as `ripple grid` on a cluster is), for a
+    module's in-process grids and sweeps, which find the connection and use it; disconnected on exit.
+    A Ray started here instead would cost its daemons' start-up (about 5 s of CPU) again per module."""
     import pytest
 
     with pytest.MonkeyPatch.context() as mp:
         for key, value in RAY_ENV.items():
-            if not key.startswith("RAY_AUTH"):  # the auth mode stays as this process first used it
-                mp.setenv(key, value)
-        mp.delenv("RAY_ADDRESS", raising=False)
+            mp.setenv(key, value)
+        mp.setenv("RAY_ADDRESS", shared_head())
         import ray
 
         from ripple.platform.experiments.grid import connect_ray

@@ -6,8 +6,7 @@ from tests.platform.gridtools import RAY_ENV
 @pytest.fixture(autouse=True)
 def _hermetic_sweep_env(tmp_path, monkeypatch):
     """Sweeps inside a test store into tmp_path, track into SQLite there, and run Ray on loopback.
-    RAY_AUTH_MODE is left as the process found it: Ray caches the mode at its first use in a
-    process, and an in-process cluster started later must use the same one (as in tests/platform)."""
+    RAY_AUTH_MODE is the process's own, set once (tests/conftest.py): Ray fixes it at its first use."""
     monkeypatch.setenv("RIPPLE_STORE", str(tmp_path / "results"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

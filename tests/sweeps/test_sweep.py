@@ -26,7 +26,7 @@ ONE_WORKER = {"count": 1, "cpus": 1}  # two one-sample trials: one worker serves
 
 
 @pytest.fixture(scope="module")
-def swept(ray_local, tmp_path_factory, mlflow_db):
+def swept(ray_joined, tmp_path_factory, mlflow_db):
     root = tmp_path_factory.mktemp("sweep")
     shutil.copy(mlflow_db, root / "mlflow.db")  # an empty store, migrated once per session
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -135,7 +135,7 @@ def test_rerun_skips_stored_samples_and_report_lists_trials(swept, tmp_path, cap
     assert all(names == ["lambda", "tau"] and rows.height == 4 for _, rows, names in groups)
 
 
-def test_optuna_search_runs_on_the_shared_workers(ray_local, tmp_path):
+def test_optuna_search_runs_on_the_shared_workers(ray_joined, tmp_path):
     spec = parse_sweep_spec({"model": "ripple-tiny", "tasks": {"arith": {"limit": 1}}, "decoder": "rps",
                              "search": "optuna", "num_samples": 2, "space": {"k_max": {"lo": 2, "hi": 20}},
                              "metric": "score", "weights": {"accuracy": 1.0, "tps": 0.01}, "baseline": False,
@@ -194,7 +194,7 @@ def test_each_field_decoder_gets_its_tune_space_from_its_dataclass(name):
             assert lo <= params[key] <= hi, (name, key, params)
 
 
-def test_a_field_decoder_sweeps_through_tune_and_the_shared_workers(ray_local, tmp_path):
+def test_a_field_decoder_sweeps_through_tune_and_the_shared_workers(ray_joined, tmp_path):
     """PC-Sampler's two-trial sweep for real: its prior is the model's shipped one, read on the workers."""
     run = run_sweep(_two_trial_spec("pc_sampler"), tmp_path / "store", track=False, progress=False)
     assert len(run.trials) == 2 and all(t.agg and t.agg.n == 1 for t in run.trials)

@@ -4,8 +4,8 @@ prints the table an uninterrupted sweep prints.
 
 The sweep is the smallest that shows it: ripple-tiny, 4 arith samples, the default baseline and two
 top-k trials (k = 1 and 2 tokens per forward: a trial decodes for about a second). The interrupted driver is a
-subprocess starting its own Ray, as a user's would; the reference and the resumed runs share one Ray
-started in this process.
+subprocess starting its own Ray, as a user's would; the reference and the resumed runs run in this
+process, joined to its shared Ray head.
 """
 import re
 import shutil
@@ -63,7 +63,7 @@ def _comparable(table: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(ray_local, tmp_path_factory):
+def reference(ray_joined, tmp_path_factory):
     """The same sweep, uninterrupted: its printed table."""
     from ripple.api import sweep_spec
     from ripple.sweeps.run import format_table, run_sweep
@@ -123,9 +123,8 @@ def test_a_signal_during_a_trial_stops_the_sweep_and_the_same_command_completes_
     assert [r.info.status for r in runs] == ["KILLED"]  # the sweep's parent run, open since it started
     wait_group_gone(proc)  # Ray shut down: nothing the driver started is left in its process group
 
-    # the same command computes only the missing samples and prints the uninterrupted sweep's table; the
-    # reference (and the Ray it starts in this process) comes after the first stopped run, since an idle
-    # second Ray slows a driver's start-up by seconds on two cores
+    # the same command computes only the missing samples and prints the uninterrupted sweep's table (the
+    # reference is computed once, for both signals, after the first stopped run)
     reference = request.getfixturevalue("reference")
     capsys.readouterr()
     assert main(["sweep", str(spec), "--store", str(store_dir)]) == 0

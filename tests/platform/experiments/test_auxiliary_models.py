@@ -218,8 +218,8 @@ def test_the_load_report_counts_the_dllm_and_the_verifier(golden, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_grid_on_local_ray_runs_the_verifier_on_its_workers_and_refuses_another_verifiers_samples(
-        golden, tmp_path, ray_local):
+def test_a_grid_on_ray_runs_the_verifier_on_its_workers_and_refuses_another_verifiers_samples(
+        golden, tmp_path, ray_joined):
     """The same through `ripple.grid`: the decoder class pickled to a Ray worker, which loads the verifier
     beside ripple-tiny; the records carry its digest and `verifier_nfe`; after the verifier changes, resuming
     the experiment is one line and the store is untouched."""

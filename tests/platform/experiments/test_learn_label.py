@@ -73,7 +73,7 @@ def test_the_labelling_run_writes_generate_datas_records(setting, reference, wor
 
 
 @pytest.mark.slow  # Ray and a worker pool per run
-def test_label_writes_the_records_as_parquet_and_resumes(tmp_path, reference, ray_local):
+def test_label_writes_the_records_as_parquet_and_resumes(tmp_path, reference, ray_joined):
     out = tmp_path / "labels.parquet"
     store = tmp_path / "store"
     args = ["learn", "label", "--model", "ripple-tiny", "--task", "arith", "--gen-length", "48", "--block-length", "16",
@@ -140,7 +140,7 @@ def test_label_refuses_an_out_path_in_a_missing_folder(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_python_api_labels_as_the_command_does(tmp_path, reference, ray_local):
+def test_the_python_api_labels_as_the_command_does(tmp_path, reference, ray_joined):
     import ripple
 
     with pytest.raises(ripple.RippleError, match="gen_length 48 is not divisible by block_length 20"):
@@ -155,7 +155,7 @@ def test_the_python_api_labels_as_the_command_does(tmp_path, reference, ray_loca
 
 
 @pytest.mark.slow
-def test_several_tasks_are_labelled_into_one_file_in_the_order_given(tmp_path, reference, ray_local):
+def test_several_tasks_are_labelled_into_one_file_in_the_order_given(tmp_path, reference, ray_joined):
     import ripple
     from ripple.platform.experiments.grid import plan
     from ripple.platform.experiments.labels import label_spec

@@ -1,9 +1,9 @@
 """A decoder written in the caller's own code (a Scheduler subclass defined inside the test, never
 registered or packaged, as in a notebook cell) runs through ripple.generate, ripple.evaluate,
-ripple.testing's invariant checks and a two-cell grid on local Ray workers, which receive the class
+ripple.testing's invariant checks and a two-cell grid on Ray workers, which receive the class
 pickled by value. Its records call it `local:NAME`, and its cell ids never collide with a registered
 decoder's, even under a registered decoder's name. docs/python.md, the notebook walkthrough, runs
-here too: its Python blocks in order, in one namespace (one Ray start serves both grids)."""
+here too: its Python blocks in order, in one namespace (one Ray connection serves both grids)."""
 import json
 import re
 from pathlib import Path
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 WALKTHROUGH = Path(__file__).resolve().parents[3] / "docs" / "python.md"
 
 
-def test_a_decoder_defined_here_runs_in_generate_evaluate_the_checks_and_a_grid(tmp_path, ray_local):
+def test_a_decoder_defined_here_runs_in_generate_evaluate_the_checks_and_a_grid(tmp_path, ray_joined):
     from ripple.decoders.base import greedy
     from ripple.decoders.registry import local_source
 
@@ -81,7 +81,7 @@ def test_a_local_decoder_under_a_registered_name_gets_cells_of_its_own():
         ripple.grid_spec({**base, "decoders": [Mine, Other]})
 
 
-def test_the_python_walkthrough_runs(tmp_path, monkeypatch, ray_local):
+def test_the_python_walkthrough_runs(tmp_path, monkeypatch, ray_joined):
     """docs/python.md as a notebook runs it; the grid's cells hold what ripple.evaluate measured."""
     monkeypatch.chdir(tmp_path)
     blocks = re.findall(r"```python\n(.*?)```", WALKTHROUGH.read_text(), re.S)
