@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 import ripple
+from tests.platform.gridtools import seed_mlflow
 
 PROJECT = Path(ripple.__file__).resolve().parents[1]
 DOCS = PROJECT / "docs"
@@ -113,7 +114,7 @@ with open(sys.argv[1], "w") as f:
 @pytest.fixture(scope="module")
 def env(mlflow_db):
     root = Path(tempfile.mkdtemp(prefix="ripple-plugins-"))
-    shutil.copy(mlflow_db, root / "mlflow.db")  # the guides' grids track there: an empty store, migrated once
+    seed_mlflow(root, mlflow_db)  # the guides' grids track there
     try:
         yield Env(root)
     finally:

@@ -5,7 +5,6 @@ the driver's own start-up is paid once; each `run_sweep` then joins it and leave
 """
 import json
 import math
-import shutil
 
 import polars as pl
 import pytest
@@ -15,6 +14,7 @@ from ripple.dashboards.pareto import ACCURACY_NFE, ACCURACY_TPS, pareto_front
 from ripple.platform.experiments.store import ResultStore
 from ripple.sweeps.run import run_sweep, trial_frame
 from ripple.sweeps.spec import parse_sweep_spec
+from tests.platform.gridtools import seed_mlflow
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ ONE_WORKER = {"count": 1, "cpus": 1}  # two one-sample trials: one worker serves
 @pytest.fixture(scope="module")
 def swept(ray_joined, tmp_path_factory, mlflow_db):
     root = tmp_path_factory.mktemp("sweep")
-    shutil.copy(mlflow_db, root / "mlflow.db")  # an empty store, migrated once per session
+    seed_mlflow(root, mlflow_db)
     uri = f"sqlite:///{root / 'mlflow.db'}"
     spec = parse_sweep_spec(SPEC, "test-sweep.yaml")
     run = run_sweep(spec, root / "store", tracking_uri=uri, progress=False)

@@ -8,7 +8,6 @@ subprocess starting its own Ray, as a user's would; the reference and the resume
 process, joined to its shared Ray head.
 """
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -19,7 +18,7 @@ import pytest
 from ripple.cli import main
 from ripple.platform.experiments.store import ResultStore
 
-from tests.platform.gridtools import signal_when, start_grid, stored, wait_group_gone, write_spec
+from tests.platform.gridtools import seed_mlflow, signal_when, start_grid, stored, wait_group_gone, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -95,8 +94,7 @@ def test_a_signal_during_a_trial_stops_the_sweep_and_the_same_command_completes_
     from mlflow.tracking import MlflowClient
 
     spec, store_dir = write_spec(tmp_path / "spec.yaml", SPEC), tmp_path / "store"
-    store_dir.mkdir()
-    shutil.copy(mlflow_db, store_dir / "mlflow.db")  # an empty MLflow store, migrated once per session
+    seed_mlflow(store_dir, mlflow_db)
     store = ResultStore(store_dir, "stopped")
     proc = start_grid(str(spec), "--store", str(store_dir), command="sweep", stdout=subprocess.PIPE,
                       own_ray=True)  # its Ray is shut down: checked below

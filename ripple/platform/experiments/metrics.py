@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from fractions import Fraction
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 CONFIDENCE = 0.95
 RESAMPLES = 2000  # paired-bootstrap resamples per interval
 SEED = 0  # the bootstrap's seed: the same records always give the same intervals
+Z = NormalDist().inv_cdf(0.5 + 0.5 * CONFIDENCE)  # the normal quantile of a two-sided interval (1.96 at 95 %)
 BASELINE_DECODER = "default"  # speedups and paired tests compare against this decoder's cell
 # how every surface compares a decoder that spends forwards of two sizes (issue 58)
 VERIFIER_RULE = ("verifier NFE: forwards of a decoder's second model (a small autoregressive verifier beside the "
@@ -141,19 +142,12 @@ def _ratio_text(v: float | None, lo: float | None, hi: float | None) -> str:
     return f"{v:.2f}x" if lo is None else f"{v:.2f}x ±{(hi - lo) / 2:.2f}"
 
 
-def _z(confidence: float = CONFIDENCE) -> float:
-    """The standard normal quantile of a two-sided interval at `confidence` (1.96 at 95 %)."""
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf(0.5 + 0.5 * confidence)
-
-
 def wilson(correct: int, n: int) -> tuple[float, float]:
     """95 % Wilson interval of a proportion, in percent ((0, 100) when n is 0): scipy's
     `binomtest(correct, n).proportion_ci(method="wilson")`, term for term."""
     if n == 0:
         return 0.0, 100.0
-    z, p = _z(), correct / n
+    z, p = Z, correct / n
     denom = 2 * (n + z ** 2)
     center = (2 * n * p + z ** 2) / denom
     delta = z / denom * math.sqrt(4 * n * p * (1 - p) + z ** 2)
@@ -172,7 +166,7 @@ def mcnemar_exact(cell_correct: Iterable[bool], base_correct: Iterable[bool]) ->
     if n == 0 or only_cell == only_base:
         return 1.0
     tail = sum(math.comb(n, i) for i in range(min(only_cell, only_base) + 1))
-    return min(1.0, float(Fraction(2 * tail, 2 ** n)))
+    return min(1.0, 2 * tail / 2 ** n)  # int / int: correctly rounded, however large
 
 
 def _ratio_of_sums(num_a, den_a, num_b, den_b, axis=-1):
