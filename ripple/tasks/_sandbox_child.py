@@ -7,6 +7,10 @@ private filesystems and reaps; the program runs below it, so when the program en
 kills whatever it left behind. The program's process then limits itself, drops privileges,
 disarms destructive functions and runs the program. Standard library only, never imported by
 ripple: it runs under whichever interpreter starts it.
+
+`python -I _sandbox_child.py --serve` is the same child as a fork server (`serve`): started once per
+host process, with the modules a run imports already imported, it forks one such child per program,
+so a program does not pay for an interpreter's start (about two thirds of a short run's CPU).
 """
 import builtins
 import errno
@@ -16,6 +20,7 @@ import linecache
 import os
 import resource
 import signal
+import socket
 import sys
 import traceback
 
@@ -30,13 +35,14 @@ O_PATH = getattr(os, "O_PATH", 0o10000000)
 REFUSED = {errno.EPERM, errno.EACCES, errno.ENOSYS, errno.ENODEV, errno.EINVAL, errno.ENOSPC, errno.EUSERS}
 BUG = "sandbox: bug:"  # sandbox.py recognises the sandbox's own failure by this prefix
 PRIVATE = ("/var/tmp", "/dev/shm", "/tmp")  # the directories the run's tmpfs replaces
+DISARMED = ("posix", "shutil", "subprocess")  # modules whose functions the prelude replaces
 
 
 def main():
     cfg = json.loads(sys.stdin.buffer.readline())
     source = sys.stdin.buffer.read().decode("utf-8", "replace")
     # What the prelude disarms, imported before the drop (and any module named in `preload`).
-    for name in (*cfg["preload"], "posix", "shutil", "subprocess"):
+    for name in (*cfg["preload"], *DISARMED):
         try:
             __import__(name)
         except Exception:
@@ -391,5 +397,120 @@ def run(source, sentinel, module_name):
         exit_now(0)
 
 
+# ---------------------------------------------------------------------------- the fork server
+def serve():
+    """Fork one run per request of the host, on fd 0 (a SOCK_SEQPACKET socket): a request is the run's
+    environment (JSON) with four descriptors: the program's stdin, stdout and stderr, and a socket of
+    the run's own, on which the server answers the run's pid, then its exit status (as a returncode)
+    once it has exited. The server reaps the run only when the host says so on that socket (any
+    message, or closing it; closing before the status kills the run first), so the run's pid and
+    process group stay reserved while the host kills what is left of it. The host closing fd 0 ends
+    the server and every run still going. Single-threaded: it only ever forks from this loop."""
+    import ctypes  # what a run imports anyway, so each fork has it already
+    import selectors
+
+    for name in DISARMED:
+        __import__(name)
+    host = socket.socket(fileno=os.dup(0))
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup descriptor is written
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sel = selectors.DefaultSelector()
+    sel.register(host, selectors.EVENT_READ)
+    sel.register(wake_read, selectors.EVENT_READ)
+    runs = {}  # pid -> (its socket, whether its status was sent)
+    del ctypes
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is host:
+                message, fds, _, _ = socket.recv_fds(host, 1 << 16, 4)
+                if not message:
+                    for pid in runs:
+                        kill_group(pid)
+                    os._exit(0)
+                pid = os.fork()
+                if pid == 0:
+                    start_run(json.loads(message), fds)
+                for fd in fds[:3]:
+                    os.close(fd)
+                reply = socket.socket(fileno=fds[3])
+                reply.send(str(pid).encode())
+                runs[pid] = [reply, False]
+                sel.register(reply, selectors.EVENT_READ, pid)
+            elif key.fileobj == wake_read:
+                os.read(wake_read, 4096)
+                for pid, run in runs.items():
+                    if not run[1]:
+                        status = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                        if status is not None:
+                            code = status.si_status if status.si_code == os.CLD_EXITED else -status.si_status
+                            send_quietly(run[0], str(code).encode())
+                            run[1] = True
+            else:  # the host is done with this run
+                pid = key.data
+                reply, reported = runs.pop(pid)
+                sel.unregister(reply)
+                reply.close()
+                if not reported:
+                    kill_group(pid)
+                os.waitpid(pid, 0)
+
+
+def send_quietly(sock, data):
+    try:
+        sock.send(data)
+    except OSError:  # the host has gone; its closing the socket ends the run next
+        pass
+
+
+def kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def start_run(env, fds):
+    """In the forked run: become what `python -I _sandbox_child.py` started by the host would be (its own
+    session, its stdio on the run's pipes, the host's minimal environment, signals as a fresh
+    interpreter has them), then run `main`. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        most = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        os.closerange(3, most if most != resource.RLIM_INFINITY else 1 << 20)
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir("/")
+        del sys.argv[1:]
+        main()
+        code = 0
+    except SystemExit as exc:  # as the interpreter ends on it: a message goes to stderr, status 1
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    serve() if sys.argv[1:] == ["--serve"] else main()

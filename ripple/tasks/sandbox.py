@@ -1,7 +1,8 @@
 """Run untrusted, model-generated Python. This is the only module that does.
 
-Each program runs in a fresh `python -I` child (`_sandbox_child.py`), in its own session, with a
-minimal environment. The security boundary is the kernel:
+Each program runs in its own child (`_sandbox_child.py`), in its own session, with a minimal
+environment: a fork of a `python -I` fork server that this process starts once, with what every
+run imports already imported (an interpreter's start was most of a short program's cost). The security boundary is the kernel:
 
 - namespaces: its own network namespace with no interface up (not even loopback), its own IPC
   and pid namespaces (when the program ends, every process it left behind dies with the
@@ -35,6 +36,7 @@ import os
 import secrets
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -129,9 +131,12 @@ _POOL = _UidPool()
 
 
 def _reset_pool_in_child() -> None:
-    global _POOL, _PROBE_LOCK
+    global _POOL, _PROBE_LOCK, _SERVER, _SERVER_LOCK
     _POOL = _UidPool()  # a forked child has a new pid and must not inherit a held lock
     _PROBE_LOCK = threading.Lock()
+    if _SERVER is not None:  # the parent's server: a forked child starts its own
+        _SERVER.sock.close()
+    _SERVER, _SERVER_LOCK = None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_pool_in_child)
@@ -159,12 +164,123 @@ class _Tail:
             del self.data[: len(self.data) - self.cap]
 
 
-def _exited(pid: int) -> bool:
-    """Has `pid` exited? Peeks without reaping, so its pid (and process group id) stay reserved."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
+class _ServerGone(Exception):
+    """The fork server did not answer a request (it died, or was killed)."""
+
+
+class _Run:
+    """One program's process, forked by the fork server: the host's ends of its pipes, its pid, and
+    its exit status as the server reports it on the run's own socket."""
+
+    def __init__(self, pid: int, stdin: int, stdout: int, stderr: int, control: socket.socket) -> None:
+        self.pid, self.stdin, self.stdout, self.stderr, self.control = pid, stdin, stdout, stderr, control
+        self.returncode: int | None = None
+
+    def close_stdin(self) -> None:
+        if self.stdin is not None:
+            os.close(self.stdin)
+            self.stdin = None
+
+    def exited(self) -> bool:
+        """Has it exited? The server reports without reaping, so its pid (and process group id) stay
+        reserved until `wait`."""
+        if self.returncode is None:
+            self.control.setblocking(False)
+            try:
+                self._status(self.control.recv(64))
+            except BlockingIOError:
+                pass
+        return self.returncode is not None
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Its returncode (negative: killed by that signal); then the server reaps it."""
+        if self.returncode is None:
+            self.control.settimeout(timeout)
+            try:
+                self._status(self.control.recv(64))
+            except TimeoutError:
+                raise RippleError(f"sandbox: the fork server reported no exit of run {self.pid} "
+                                  f"within {timeout:g}s of its kill") from None
+        self.control.close()  # the server reaps it now
+        for fd in (self.stdout, self.stderr):
+            os.close(fd)
+        self.close_stdin()
+        return self.returncode
+
+    def _status(self, message: bytes) -> None:
+        if not message:
+            raise RippleError(f"sandbox: the fork server ({_CHILD} --serve) ended during a run")
+        self.returncode = int(message)
+
+
+class _ForkServer:
+    """`python -I _sandbox_child.py --serve`: one per host process, started at its first program and
+    ended by the host's exit (its socket closes). Runs are requested under a lock; each answers on a
+    socket of its own, so threads do not wait for each other's runs."""
+
+    def __init__(self) -> None:
+        host, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.child = _CHILD  # the child's source it serves (a changed one gets a server of its own)
+        with server:
+            self.proc = subprocess.Popen([sys.executable, "-I", self.child, "--serve"], stdin=server,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+                                         env=_SERVER_ENV, start_new_session=True, close_fds=True)
+        self.sock, self.lock = host, threading.Lock()
+
+    def start(self, env: dict[str, str]) -> _Run:
+        own, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        (in_read, in_write), (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe(), os.pipe()
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [json.dumps(env).encode()], [in_read, out_write, err_write, theirs.fileno()])
+        except OSError as exc:
+            for fd in (in_write, out_read, err_read):
+                os.close(fd)
+            own.close()
+            raise _ServerGone(str(exc)) from None
+        finally:
+            for fd in (in_read, out_write, err_write):
+                os.close(fd)
+            theirs.close()
+        own.settimeout(30.0)
+        try:
+            pid = int(own.recv(64) or b"0")
+        except (OSError, ValueError):
+            pid = 0
+        if not pid:
+            for fd in (in_write, out_read, err_read):
+                os.close(fd)
+            own.close()
+            raise _ServerGone("no pid")
+        return _Run(pid, in_write, out_read, err_read, own)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _fork(env: dict[str, str]) -> _Run:
+    """A run forked by this process's fork server, which is started (again, if it died) as needed."""
+    global _SERVER
+    for _ in range(2):
+        with _SERVER_LOCK:
+            if _SERVER is None or _SERVER.proc.poll() is not None or _SERVER.child != _CHILD:
+                if _SERVER is not None:
+                    _SERVER.close()
+                _SERVER = _ForkServer()
+            server = _SERVER
+        try:
+            return server.start(env)
+        except _ServerGone:
+            with _SERVER_LOCK:
+                if _SERVER is server:
+                    server.close()
+                    _SERVER = None
+    raise RippleError(f"sandbox: the fork server ({_CHILD} --serve) could not start a program twice in a row")
+
+
+_SERVER: _ForkServer | None = None
+_SERVER_LOCK = threading.Lock()
+_SERVER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 def _kill_all(pgid: int, ident: tuple[int, int] | None) -> None:
@@ -180,18 +296,16 @@ def _kill_all(pgid: int, ident: tuple[int, int] | None) -> None:
                        stderr=subprocess.DEVNULL, timeout=10, check=False)
 
 
-def _pump(proc: subprocess.Popen[bytes], payload: bytes, out: _Tail, err: _Tail, deadline: float,
-          until_exit: bool) -> bool:
+def _pump(run: _Run, payload: bytes, out: _Tail, err: _Tail, deadline: float, until_exit: bool) -> bool:
     """Feed stdin and read stdout/stderr until both close, the deadline passes or (if
     `until_exit`) the main process exits. Returns True when the deadline stopped it."""
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     with selectors.DefaultSelector() as sel:
-        if payload and not proc.stdin.closed:
-            os.set_blocking(proc.stdin.fileno(), False)
-            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
-        elif not proc.stdin.closed:
-            proc.stdin.close()
-        sinks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+        if payload and run.stdin is not None:
+            os.set_blocking(run.stdin, False)
+            sel.register(run.stdin, selectors.EVENT_WRITE)
+        else:
+            run.close_stdin()
+        sinks = {run.stdout: out, run.stderr: err}
         for fd in sinks:
             sel.register(fd, selectors.EVENT_READ)
         sent = 0
@@ -215,8 +329,8 @@ def _pump(proc: subprocess.Popen[bytes], payload: bytes, out: _Tail, err: _Tail,
                     sent = len(payload)
                 if sent >= len(payload):
                     sel.unregister(key.fd)
-                    proc.stdin.close()
-            if until_exit and _exited(proc.pid):
+                    run.close_stdin()
+            if until_exit and run.exited():
                 return False  # leftover children may hold the pipes; they are killed next
     return False
 
@@ -328,19 +442,15 @@ def _execute(source: str, isolate: bool, *, timeout_s: float, cpu_s: float | Non
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
                "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         out, err = _Tail(max(output_cap, 256)), _Tail(max(output_cap, 4096))
-        proc = subprocess.Popen([sys.executable, "-I", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd="/", env=env, start_new_session=True, close_fds=True)
+        run = _fork(env)
         try:
-            timed_out = _pump(proc, payload, out, err, start + timeout_s, until_exit=True)
+            timed_out = _pump(run, payload, out, err, start + timeout_s, until_exit=True)
         finally:
             # The main process is not reaped yet, so its pgid is still ours. Isolated, killing the
             # group kills pid 1 of the run's pid namespace, and with it every process left there.
-            _kill_all(proc.pid, None if isolate else ident)
-            _pump(proc, b"", out, err, time.monotonic() + _DRAIN_S, until_exit=False)
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-            returncode = proc.wait()
+            _kill_all(run.pid, None if isolate else ident)
+            _pump(run, b"", out, err, time.monotonic() + _DRAIN_S, until_exit=False)
+            returncode = run.wait()
     marker = b"\n" + sentinel.encode() + b"\n"
     passed = not timed_out and returncode == 0 and out.data.endswith(marker)
     stdout = bytes(out.data[: -len(marker)] if out.data.endswith(marker) else out.data)
