@@ -206,6 +206,30 @@ def test_sixteen_programs_in_parallel():
         assert result.stdout_tail == f"{i}\n"
 
 
+def test_the_fork_server_is_started_again_after_it_dies_and_a_forked_host_gets_its_own():
+    draw = "import random\nprint(random.random())"
+    first = run_program(draw)
+    server = sandbox._SERVER
+    assert first.passed and server is not None
+    server.proc.kill()
+    server.proc.wait(timeout=30)
+    second = run_program(draw)
+    assert second.passed and sandbox._SERVER is not server  # a new server
+    assert first.stdout_tail != second.stdout_tail  # each run seeds `random` itself: no state shared
+    parents = sandbox._SERVER
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked host: the parent's server is not its own
+        try:
+            ok = sandbox._SERVER is None and run_program("print(6 * 7)").stdout_tail == "42\n"
+            os.write(write, b"1" if ok and sandbox._SERVER.proc.pid != parents.proc.pid else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert run_program("print('parent')").stdout_tail == "parent\n" and sandbox._SERVER is parents  # still serving
 
 
 # ---------------------------------------------------------------------------- below the prelude
