@@ -149,6 +149,26 @@ _LONGEST = ("test_leaderboard.py", "test_grid_resume.py", "test_grid_faults.py")
 _STORE_READERS = ("test_grid.py", "test_ui_browser.py")
 
 
+# Files that share a costly session fixture, handed out as one unit so that one worker builds it:
+# lm-evaluation-harness's task objects (`harness_task_objects`: about 7 s of CPU per process)
+_SHARED_FIXTURE_FILES = {name: "harness" for name in ("tests/platform/experiments/test_harness.py",
+                                                       "tests/tasks/test_harness_agreement.py")}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (make test), with the files of `_SHARED_FIXTURE_FILES` as one unit each."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureFiles(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return _SHARED_FIXTURE_FILES.get(path, path)
+
+    return SharedFixtureFiles(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest files first, then the other files with slow tests, then the many quick files: under
     `make test`'s two xdist workers (whole files per worker, handed out in this order; the Makefile
