@@ -430,17 +430,24 @@ def serve():
         for key, _ in sel.select():
             if key.fileobj is host:
                 message, fds, _, _ = socket.recv_fds(host, 1 << 16, 4)
+                refusal = b""
                 if not message:
                     for pid in runs:
                         kill_group(pid)
                     os._exit(0)
-                pid = os.fork()
-                if pid == 0:
+                try:
+                    pid = os.fork()
+                except OSError as exc:  # the host's user is out of processes, say: the host names it
+                    pid, refusal = 0, f"-could not fork the run: {exc}".encode()
+                if pid == 0 and not refusal:
                     start_run(json.loads(message), fds)
                 for fd in fds[:3]:
                     os.close(fd)
                 reply = socket.socket(fileno=fds[3])
-                reply.send(str(pid).encode())
+                send_quietly(reply, refusal or str(pid).encode())  # a host that gave up on it closed its end
+                if refusal:
+                    reply.close()
+                    continue
                 runs[pid] = [reply, False]
                 sel.register(reply, selectors.EVENT_READ, pid)
             elif key.fileobj == wake_read:

@@ -244,9 +244,15 @@ class _ForkServer:
             theirs.close()
         own.settimeout(30.0)
         try:
-            pid = int(own.recv(64) or b"0")
-        except (OSError, ValueError):
-            pid = 0
+            answer = own.recv(256)
+        except OSError:
+            answer = b""
+        if answer.startswith(b"-"):  # the server could not fork: it is fine, the machine is not
+            for fd in (in_write, out_read, err_read):
+                os.close(fd)
+            own.close()
+            raise RippleError(f"sandbox: {answer[1:].decode(errors='replace')}")
+        pid = int(answer) if answer.isdigit() else 0
         if not pid:
             for fd in (in_write, out_read, err_read):
                 os.close(fd)

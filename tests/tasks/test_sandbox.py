@@ -206,6 +206,24 @@ def test_sixteen_programs_in_parallel():
         assert result.stdout_tail == f"{i}\n"
 
 
+def test_a_fork_the_server_cannot_make_is_one_line_and_the_server_lives_on(tmp_path, monkeypatch):
+    failing = tmp_path / "_sandbox_child.py"  # fork(2) fails, as when the user is out of processes
+    text = Path(sandbox._CHILD).read_text()
+    assert text.count("pid = os.fork()\n") == 1
+    failing.write_text(text.replace("pid = os.fork()\n", "raise OSError(11, 'Resource temporarily unavailable')\n"))
+    monkeypatch.setattr(sandbox, "_CHILD", str(failing))
+    monkeypatch.setattr(sandbox, "_REFUSALS", {True: "", False: ""})
+    monkeypatch.setattr(sandbox, "_MISSING", "")
+    servers = []
+    for _ in range(2):
+        with pytest.raises(RippleError) as refused:
+            run_program("print(1)")
+        assert str(refused.value) == "sandbox: could not fork the run: [Errno 11] Resource temporarily unavailable"
+        servers.append(sandbox._SERVER)
+    # the same server both times: it refused the run and went on
+    assert servers[0] is servers[1] and servers[0].child == str(failing) and servers[0].proc.poll() is None
+
+
 def test_the_fork_server_is_started_again_after_it_dies_and_a_forked_host_gets_its_own():
     draw = "import random\nprint(random.random())"
     first = run_program(draw)
