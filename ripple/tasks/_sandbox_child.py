@@ -406,10 +406,9 @@ def serve():
     message, or closing it; closing before the status kills the run first), so the run's pid and
     process group stay reserved while the host kills what is left of it. The host closing fd 0 ends
     the server and every run still going. Single-threaded: it only ever forks from this loop."""
-    import ctypes  # what a run imports anyway, so each fork has it already
     import selectors
 
-    for name in DISARMED:
+    for name in (*DISARMED, "ctypes"):  # what every run imports anyway: each fork has them already
         __import__(name)
     host = socket.socket(fileno=os.dup(0))
     null = os.open(os.devnull, os.O_RDWR)
@@ -424,8 +423,7 @@ def serve():
     sel = selectors.DefaultSelector()
     sel.register(host, selectors.EVENT_READ)
     sel.register(wake_read, selectors.EVENT_READ)
-    runs = {}  # pid -> (its socket, whether its status was sent)
-    del ctypes
+    runs = {}  # pid -> [its socket, whether its status was sent]
     while True:
         for key, _ in sel.select():
             if key.fileobj is host:
@@ -477,10 +475,13 @@ def send_quietly(sock, data):
 
 
 def kill_group(pid):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+    """SIGKILL the run's process group, and the run itself should it have left the group (its pid is
+    not reaped yet, so it is still this run's)."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def start_run(env, fds):

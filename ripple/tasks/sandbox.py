@@ -2,7 +2,8 @@
 
 Each program runs in its own child (`_sandbox_child.py`), in its own session, with a minimal
 environment: a fork of a `python -I` fork server that this process starts once, with what every
-run imports already imported (an interpreter's start was most of a short program's cost). The security boundary is the kernel:
+run imports already imported (an interpreter's start was most of a short program's cost). The
+security boundary is the kernel:
 
 - namespaces: its own network namespace with no interface up (not even loopback), its own IPC
   and pid namespaces (when the program ends, every process it left behind dies with the
@@ -194,17 +195,19 @@ class _Run:
 
     def wait(self, timeout: float = 30.0) -> int:
         """Its returncode (negative: killed by that signal); then the server reaps it."""
-        if self.returncode is None:
-            self.control.settimeout(timeout)
-            try:
-                self._status(self.control.recv(64))
-            except TimeoutError:
-                raise RippleError(f"sandbox: the fork server reported no exit of run {self.pid} "
-                                  f"within {timeout:g}s of its kill") from None
-        self.control.close()  # the server reaps it now
-        for fd in (self.stdout, self.stderr):
-            os.close(fd)
-        self.close_stdin()
+        try:
+            if self.returncode is None:
+                self.control.settimeout(timeout)
+                try:
+                    self._status(self.control.recv(64))
+                except TimeoutError:
+                    raise RippleError(f"sandbox: the fork server reported no exit of run {self.pid} "
+                                      f"within {timeout:g}s of its kill") from None
+        finally:
+            self.control.close()  # the server reaps it now
+            for fd in (self.stdout, self.stderr):
+                os.close(fd)
+            self.close_stdin()
         return self.returncode
 
     def _status(self, message: bytes) -> None:
@@ -228,15 +231,20 @@ class _ForkServer:
         self.sock, self.lock = host, threading.Lock()
 
     def start(self, env: dict[str, str]) -> _Run:
+        """Ask for a run with `env`; the host keeps one end of each of its pipes and its socket."""
         own, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         (in_read, in_write), (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe(), os.pipe()
+
+        def abandon() -> None:
+            for fd in (in_write, out_read, err_read):
+                os.close(fd)
+            own.close()
+
         try:
             with self.lock:
                 socket.send_fds(self.sock, [json.dumps(env).encode()], [in_read, out_write, err_write, theirs.fileno()])
         except OSError as exc:
-            for fd in (in_write, out_read, err_read):
-                os.close(fd)
-            own.close()
+            abandon()
             raise _ServerGone(str(exc)) from None
         finally:
             for fd in (in_read, out_write, err_write):
@@ -247,18 +255,12 @@ class _ForkServer:
             answer = own.recv(256)
         except OSError:
             answer = b""
-        if answer.startswith(b"-"):  # the server could not fork: it is fine, the machine is not
-            for fd in (in_write, out_read, err_read):
-                os.close(fd)
-            own.close()
-            raise RippleError(f"sandbox: {answer[1:].decode(errors='replace')}")
-        pid = int(answer) if answer.isdigit() else 0
-        if not pid:
-            for fd in (in_write, out_read, err_read):
-                os.close(fd)
-            own.close()
+        if not answer.isdigit():
+            abandon()
+            if answer.startswith(b"-"):  # the server could not fork: it is fine, the machine is not
+                raise RippleError(f"sandbox: {answer[1:].decode(errors='replace')}")
             raise _ServerGone("no pid")
-        return _Run(pid, in_write, out_read, err_read, own)
+        return _Run(int(answer), in_write, out_read, err_read, own)
 
     def close(self) -> None:
         self.sock.close()
@@ -290,12 +292,14 @@ _SERVER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_AL
 
 
 def _kill_all(pgid: int, ident: tuple[int, int] | None) -> None:
-    """SIGKILL the run's process group and, when it had its own uid, every process of that uid
-    (isolated runs need no uid: the group holds pid 1 of their pid namespace)."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """SIGKILL the run's process group, its leader should it have left the group (unreaped, its pid is
+    still the run's) and, when it had its own uid, every process of that uid (isolated runs need no
+    uid: the group holds pid 1 of their pid namespace)."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     if ident is not None:  # catches processes that left the group; kill(-1) spares the caller itself
         subprocess.run(["/bin/sh", "-c", "kill -9 -1"], user=ident[0], group=ident[1], extra_groups=[],
                        env={}, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
