@@ -131,7 +131,7 @@ def _uid_block() -> int:
 _POOL = _UidPool()
 
 
-def _reset_pool_in_child() -> None:
+def _reset_in_child() -> None:
     global _POOL, _PROBE_LOCK, _SERVER, _SERVER_LOCK
     _POOL = _UidPool()  # a forked child has a new pid and must not inherit a held lock
     _PROBE_LOCK = threading.Lock()
@@ -140,7 +140,7 @@ def _reset_pool_in_child() -> None:
     _SERVER, _SERVER_LOCK = None, threading.Lock()
 
 
-os.register_at_fork(after_in_child=_reset_pool_in_child)
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 @contextmanager
@@ -186,7 +186,6 @@ class _Run:
         """Has it exited? The server reports without reaping, so its pid (and process group id) stay
         reserved until `wait`."""
         if self.returncode is None:
-            self.control.setblocking(False)
             try:
                 self._status(self.control.recv(64))
             except BlockingIOError:
@@ -227,7 +226,7 @@ class _ForkServer:
         with server:
             self.proc = subprocess.Popen([sys.executable, "-I", self.child, "--serve"], stdin=server,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
-                                         env=_SERVER_ENV, start_new_session=True, close_fds=True)
+                                         env=_BASE_ENV, start_new_session=True, close_fds=True)
         self.sock, self.lock = host, threading.Lock()
 
     def start(self, env: dict[str, str]) -> _Run:
@@ -260,6 +259,7 @@ class _ForkServer:
             if answer.startswith(b"-"):  # the server could not fork: it is fine, the machine is not
                 raise RippleError(f"sandbox: {answer[1:].decode(errors='replace')}")
             raise _ServerGone("no pid")
+        own.setblocking(False)  # `exited` polls it; `wait` gives it a timeout
         return _Run(int(answer), in_write, out_read, err_read, own)
 
     def close(self) -> None:
@@ -288,7 +288,8 @@ def _fork(env: dict[str, str]) -> _Run:
 
 _SERVER: _ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
-_SERVER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+# the fork server's environment, and every run's with its own HOME and TMPDIR
+_BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 def _kill_all(pgid: int, ident: tuple[int, int] | None) -> None:
@@ -449,8 +450,7 @@ def _execute(source: str, isolate: bool, *, timeout_s: float, cpu_s: float | Non
             "subprocess": _DISABLED_SUBPROCESS, "module_name": "__main__" if as_main else _MODULE_NAME,
         }
         payload = json.dumps(config).encode() + b"\n" + source.encode("utf-8", "replace")
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        env = {**_BASE_ENV, "HOME": workdir, "TMPDIR": workdir}
         out, err = _Tail(max(output_cap, 256)), _Tail(max(output_cap, 4096))
         run = _fork(env)
         try:
